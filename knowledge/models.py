@@ -1,0 +1,255 @@
+"""The spec's data model (ADR-0033, "Ports and data model"): enums and pydantic models.
+
+Pure values: nothing here does I/O. Validation rejects what the spec forbids, so a
+model that exists is one the rest of the code may trust.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from enum import StrEnum
+from typing import Self
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class _RankedEnum(StrEnum):
+    """A string enum whose members compare by a declared rank, not alphabetically."""
+
+    @classmethod
+    def _ranks(cls) -> dict[str, int]:
+        raise NotImplementedError
+
+    @property
+    def rank(self) -> int:
+        return type(self)._ranks()[self.value]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.rank < other.rank
+
+    # StrEnum would otherwise inherit str's alphabetical ordering.
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.rank <= other.rank
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.rank > other.rank
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return self.rank >= other.rank
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+class TrustLevel(_RankedEnum):
+    """How far the host trusts content, ordered: ``TrustLevel.USER > TrustLevel.KNOWLEDGE``.
+
+    ``KNOWLEDGE`` labels every retrieved passage; ingest requires origin trust ``>= USER``.
+    """
+
+    SYSTEM = "SYSTEM"
+    USER = "USER"
+    MEMORY = "MEMORY"
+    KNOWLEDGE = "KNOWLEDGE"
+    TOOL_OUTPUT = "TOOL_OUTPUT"
+    EXTERNAL_UNTRUSTED = "EXTERNAL_UNTRUSTED"
+
+    @classmethod
+    def _ranks(cls) -> dict[str, int]:
+        return _TRUST_RANKS
+
+
+_TRUST_RANKS = {
+    "SYSTEM": 50,
+    "USER": 40,
+    "MEMORY": 30,
+    "KNOWLEDGE": 20,
+    "TOOL_OUTPUT": 10,
+    "EXTERNAL_UNTRUSTED": 0,
+}
+
+
+class ArtifactOrigin(StrEnum):
+    SANDBOX_EXPORT = "SANDBOX_EXPORT"
+    TOOL_OUTPUT = "TOOL_OUTPUT"
+    MODEL_OUTPUT = "MODEL_OUTPUT"
+    UPLOAD = "UPLOAD"
+    TRAJECTORY_EXPORT = "TRAJECTORY_EXPORT"
+    KNOWLEDGE_SOURCE = "KNOWLEDGE_SOURCE"
+
+
+class Visibility(StrEnum):
+    """Who may read a document; resolved in SQL against the querying principal and scope."""
+
+    PRINCIPAL = "principal"
+    PROJECT = "project"
+    TENANT = "tenant"
+
+
+class Authority(_RankedEnum):
+    """How the document was obtained (never what it says): authored > supplied > fetched."""
+
+    PRINCIPAL_AUTHORED = "principal_authored"
+    PRINCIPAL_SUPPLIED = "principal_supplied"
+    FETCHED = "fetched"
+
+    @classmethod
+    def _ranks(cls) -> dict[str, int]:
+        return _AUTHORITY_RANKS
+
+
+_AUTHORITY_RANKS = {"principal_authored": 2, "principal_supplied": 1, "fetched": 0}
+
+
+class Sensitivity(_RankedEnum):
+    """Sensitivity of a document; a surface reads up to its ceiling, inclusive."""
+
+    PUBLIC = "public"
+    INTERNAL = "internal"
+    CONFIDENTIAL = "confidential"
+    RESTRICTED = "restricted"
+
+    @classmethod
+    def _ranks(cls) -> dict[str, int]:
+        return _SENSITIVITY_RANKS
+
+    def admitted(self) -> list[str]:
+        """Every level this ceiling admits (for an SQL ``= ANY($n)`` predicate)."""
+        return [s.value for s in Sensitivity if s <= self]
+
+
+_SENSITIVITY_RANKS = {"public": 0, "internal": 1, "confidential": 2, "restricted": 3}
+
+
+class AttachmentState(StrEnum):
+    PENDING = "pending"
+    INGESTING = "ingesting"
+    INGESTED = "ingested"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+
+_IDENT = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
+
+
+class Principal(BaseModel):
+    """A principal of a tenant and the scopes it holds."""
+
+    model_config = _FROZEN
+
+    tenant_id: str = Field(pattern=_IDENT)
+    principal_id: str = Field(pattern=_IDENT)
+    scopes: frozenset[str] = frozenset()
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+
+class ArtifactRef(BaseModel):
+    """A handle to bytes in the artifact store; the bytes themselves stay in the store."""
+
+    model_config = _FROZEN
+
+    tenant_id: str = Field(pattern=_IDENT)
+    artifact_id: UUID
+    origin: ArtifactOrigin
+    trust: TrustLevel
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size_bytes: int = Field(ge=0)
+    media_type: str = Field(min_length=1, max_length=255)
+    file_name: str | None = Field(default=None, max_length=1024)
+    created_at: datetime
+    expires_at: datetime | None = None
+
+
+class KnowledgeDocument(BaseModel):
+    model_config = _FROZEN
+
+    document_id: UUID
+    tenant_id: str = Field(pattern=_IDENT)
+    ingested_by_principal_id: str = Field(pattern=_IDENT)  # provenance, NOT the filter
+    visibility: Visibility
+    project_scope: str | None = None  # required when visibility=project
+    title: str = Field(min_length=1, max_length=1024)
+    source_ref: ArtifactRef  # KNOWLEDGE_SOURCE, expires_at None
+    media_type: str
+    doc_date: date | None = None
+    authority: Authority
+    version: int = Field(ge=1)
+    chunker_version: str = Field(min_length=1)
+    superseded_by: UUID | None = None
+    ingested_at: datetime
+    sensitivity: Sensitivity
+
+    @model_validator(mode="after")
+    def _project_scope_matches_visibility(self) -> Self:
+        _check_project_scope(self.visibility, self.project_scope)
+        return self
+
+
+def _check_project_scope(visibility: Visibility, project_scope: str | None) -> None:
+    if visibility is Visibility.PROJECT and not project_scope:
+        raise ValueError("visibility=project requires a project_scope")
+
+
+class KnowledgeChunk(BaseModel):
+    model_config = _FROZEN
+
+    chunk_id: str  # the citation; stable per version
+    document_id: UUID
+    version: int = Field(ge=1)
+    ordinal: int = Field(ge=0)
+    heading_path: list[str]
+    text: str  # verbatim after normalization
+    tokens: int = Field(ge=0)
+    contains_instruction_like_text: bool
+    content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # binds the citation to the bytes
+
+
+class KnowledgeQuery(BaseModel):
+    model_config = _FROZEN
+
+    tenant_id: str = Field(pattern=_IDENT)  # isolation boundary, hard filter
+    principal_id: str = Field(pattern=_IDENT)  # for visibility resolution only
+    current_scope: str | None = None  # ranking, and project visibility
+    text: str = Field(min_length=1, max_length=10_000)
+    as_of: datetime | None = None
+    budget_tokens: int = Field(default=3000, ge=0)
+    max_passages: int = Field(default=3, ge=0)
+    max_per_document: int = Field(default=2, ge=1)
+    min_score: float = 0.0
+    sensitivity_ceiling: Sensitivity = Sensitivity.INTERNAL  # the surface's ceiling
+
+    @field_validator("as_of")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("as_of must be timezone-aware")
+        return value
+
+
+class RetrievedPassage(BaseModel):
+    model_config = _FROZEN
+
+    chunk_id: str
+    document_id: UUID
+    title: str
+    heading_path: list[str]
+    text: str  # whole; never truncated
+    doc_date: date | None
+    authority: Authority
+    score: float
+    arms: list[str]
+    instruction_like: bool
+    tokens: int = Field(default=0, ge=0)

@@ -1,0 +1,153 @@
+"""`KnowledgeService`: the nursery that owns the database pool and every background actor.
+
+    async with KnowledgeService.open() as svc:        # under trio or asyncio, via anyio
+        ref = await svc.artifacts.put(tenant, data, media_type="text/markdown")
+        print(await svc.health())
+
+Entering starts (or joins) the embedded PostgreSQL unless a DSN is configured, opens the pool,
+applies pending migrations, and starts the service's task group. Leaving — normally, by
+exception, or by cancellation — cancels that task group, waits for every task in it, then
+closes every connection: nothing outlives the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from pydantic import BaseModel
+
+from knowledge.config import Settings
+from knowledge.store.artifacts import ArtifactStore
+from knowledge.store.db import Database, ensure_database, open_bridge
+from knowledge.store.migrate import applied_versions, discover, migrate
+from supervisors.embedded_pg import EmbeddedServer, start_embedded_async
+
+_log = logging.getLogger(__name__)
+
+
+class Health(BaseModel):
+    """What `KnowledgeService.health` reports."""
+
+    ok: bool
+    backend: str  # the event loop: "trio" or "asyncio"
+    embedded: bool
+    data_dir: str | None
+    server_version: str | None
+    database: str | None
+    schema_version: int
+    schema_expected: int
+    pool: dict[str, int]
+    latency_ms: float
+    error: str | None = None
+
+
+class KnowledgeService:
+    """The service. Build it with `KnowledgeService.open`, never directly."""
+
+    def __init__(
+        self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.artifacts = ArtifactStore(db, settings.max_artifact_bytes)
+        self.embedded_server = server
+        self._task_group = task_group
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        settings: Settings | None = None,
+        *,
+        dsn: str | None = None,
+        data_dir: Path | None = None,
+    ) -> AsyncIterator[KnowledgeService]:
+        """Open the service; see the module docstring.
+
+        ``settings`` defaults to `Settings.from_env` (``$KNOWLEDGE_DSN`` …); ``dsn`` and
+        ``data_dir`` override it. Cancellation while opening: a server start in progress runs to
+        completion (bounded by pg_ctl's timeout), everything opened so far is closed, and the
+        cancellation propagates.
+        """
+        if settings is None:
+            settings = Settings.from_env(dsn=dsn, data_dir=data_dir)
+        else:
+            settings = settings.model_copy(update={k: v for k, v in {"dsn": dsn, "data_dir": data_dir}.items() if v})
+        async with open_bridge() as bridge:
+            server: EmbeddedServer | None = None
+            url = settings.dsn
+            if url is None:
+                server = await start_embedded_async(settings.data_dir)
+                await ensure_database(server.dsn("postgres"), settings.database, bridge)
+                url = server.dsn(settings.database)
+            async with Database.open(
+                url,
+                bridge=bridge,
+                min_size=settings.pool_min_size,
+                max_size=settings.pool_max_size,
+                application_name=settings.application_name,
+            ) as db:
+                if settings.migrate:
+                    applied = await migrate(db)
+                    if applied:
+                        _log.info("applied migrations %s", applied)
+                async with anyio.create_task_group() as tg:
+                    svc = cls(settings, db, tg, server)
+                    if settings.sweep_interval_seconds:
+                        svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
+                    try:
+                        yield svc
+                    finally:
+                        tg.cancel_scope.cancel()
+
+    def start_background(self, name: str, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""
+        self._task_group.start_soon(fn, *args, name=name)
+
+    async def run_sweeper(self, interval_seconds: float) -> None:
+        """Sweep expired artifacts every ``interval_seconds`` until cancelled (at close)."""
+        while True:
+            try:
+                swept = await self.artifacts.sweep()
+                if swept:
+                    _log.info("swept %d expired artifacts", swept)
+            except Exception:
+                _log.exception("artifact sweep failed; retrying next interval")
+            await anyio.sleep(interval_seconds)
+
+    async def health(self) -> Health:
+        """Round-trip the database and report; never raises for a database failure.
+
+        Cancellation: propagates; nothing is left checked out."""
+        began = time.perf_counter()
+        expected = len(discover())
+        common: dict[str, Any] = {
+            "backend": self.db.backend,
+            "embedded": self.embedded_server is not None,
+            "data_dir": str(self.settings.data_dir) if self.embedded_server else None,
+            "schema_expected": expected,
+            "pool": self.db.pool_stats(),
+        }
+        try:
+            row = await self.db.fetchrow("SELECT current_setting('server_version') AS v, current_database() AS d")
+            versions = await applied_versions(self.db)
+        except Exception as exc:
+            return Health(ok=False, server_version=None, database=None, schema_version=0,
+                          latency_ms=(time.perf_counter() - began) * 1000, error=repr(exc), **common)
+        assert row is not None
+        schema_version = max(versions, default=0)
+        return Health(
+            ok=schema_version == expected,
+            server_version=row["v"],
+            database=row["d"],
+            schema_version=schema_version,
+            latency_ms=(time.perf_counter() - began) * 1000,
+            **common,
+        )

@@ -1,0 +1,182 @@
+"""The artifact store: bytes in PostgreSQL, handed around as `ArtifactRef`.
+
+Bytes live in the ``artifacts`` table (``bytea``, stored uncompressed out of line) so that
+one transaction covers a document and its source. A source may be at most
+``Settings.max_artifact_bytes`` (32 MiB by default). An artifact is immutable once put; only
+its expiry and attachment marks change. The sweeper deletes expired artifacts, bytes and row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterable, AsyncIterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from knowledge.errors import ArtifactError, ArtifactNotFound, ArtifactTooLarge
+from knowledge.models import ArtifactOrigin, ArtifactRef, TrustLevel
+from knowledge.store.db import Connection, Database, Record
+
+READ_CHUNK_BYTES = 1024 * 1024
+
+_REF_COLUMNS = (
+    "tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name, created_at, expires_at"
+)
+# An artifact past its expiry is gone to readers even before the sweeper reaches it.
+_LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
+
+
+def ref_from_row(row: Record) -> ArtifactRef:
+    return ArtifactRef(
+        tenant_id=row["tenant_id"],
+        artifact_id=row["artifact_id"],
+        origin=ArtifactOrigin(row["origin"]),
+        trust=TrustLevel(row["trust"]),
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        media_type=row["media_type"],
+        file_name=row["file_name"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+    )
+
+
+async def collect_bytes(data: bytes | AsyncIterable[bytes], limit: int) -> bytes:
+    """Gather ``data`` into one buffer, refusing anything above ``limit`` bytes."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        buf = bytes(data)
+        if len(buf) > limit:
+            raise ArtifactTooLarge(message=f"{len(buf)} bytes exceeds the {limit}-byte limit")
+        return buf
+    parts: list[bytes] = []
+    size = 0
+    async for part in data:
+        size += len(part)
+        if size > limit:
+            raise ArtifactTooLarge(message=f"more than the {limit}-byte limit")
+        parts.append(bytes(part))
+    return b"".join(parts)
+
+
+async def insert_artifact(
+    conn: Connection,
+    tenant_id: str,
+    content: bytes,
+    *,
+    media_type: str,
+    origin: ArtifactOrigin,
+    trust: TrustLevel,
+    file_name: str | None = None,
+    expires_at: datetime | None = None,
+    artifact_id: UUID | None = None,
+) -> ArtifactRef:
+    """Insert an artifact on ``conn`` (inside the caller's transaction, if any)."""
+    row = await conn.fetchrow(
+        f"""INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes,
+                                   media_type, file_name, content, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            RETURNING {_REF_COLUMNS}""",
+        tenant_id, artifact_id or uuid4(), origin.value, trust.value, hashlib.sha256(content).hexdigest(),
+        len(content), media_type, file_name, content, expires_at,
+    )
+    assert row is not None
+    return ref_from_row(row)
+
+
+class ArtifactStore:
+    """Put, read back, expire and sweep artifacts. Every method is tenant-scoped."""
+
+    def __init__(self, db: Database, max_bytes: int) -> None:
+        self._db = db
+        self.max_bytes = max_bytes
+
+    async def put(
+        self,
+        tenant_id: str,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        media_type: str,
+        origin: ArtifactOrigin = ArtifactOrigin.UPLOAD,
+        trust: TrustLevel = TrustLevel.EXTERNAL_UNTRUSTED,
+        file_name: str | None = None,
+        expires_at: datetime | None = None,
+    ) -> ArtifactRef:
+        """Store ``data`` and return its ref. Refuses above ``max_bytes`` (`ArtifactTooLarge`).
+
+        Cancellation: either the artifact was committed or nothing was written.
+        """
+        content = await collect_bytes(data, self.max_bytes)
+        async with self._db.connection() as conn:
+            return await insert_artifact(
+                conn, tenant_id, content, media_type=media_type, origin=origin, trust=trust,
+                file_name=file_name, expires_at=expires_at,
+            )
+
+    async def get_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
+        """The ref of a live artifact; `ArtifactNotFound` if absent, expired or swept."""
+        row = await self._db.fetchrow(
+            f"SELECT {_REF_COLUMNS} FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}",
+            tenant_id, artifact_id,
+        )
+        if row is None:
+            raise ArtifactNotFound(message=f"artifact {artifact_id} of tenant {tenant_id}")
+        return ref_from_row(row)
+
+    async def stream(self, ref: ArtifactRef, chunk_bytes: int = READ_CHUNK_BYTES) -> AsyncIterator[bytes]:
+        """The artifact's bytes as an async stream of slices, checked against its SHA-256.
+
+        No connection is held between slices (each is one short query on immutable bytes), so
+        a consumer that stops early or is cancelled leaves nothing checked out. Raises
+        `ArtifactNotFound` if the artifact expires or is swept mid-read.
+        """
+        digest = hashlib.sha256()
+        offset = 0
+        while offset < ref.size_bytes:
+            part = await self._db.fetchval(
+                f"""SELECT substring(content FROM $3 FOR $4) FROM artifacts
+                    WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}""",
+                ref.tenant_id, ref.artifact_id, offset + 1, chunk_bytes,
+            )
+            if part is None:
+                raise ArtifactNotFound(message=f"artifact {ref.artifact_id} vanished while being read")
+            digest.update(part)
+            offset += len(part)
+            yield bytes(part)
+            if not part:
+                break
+        if offset != ref.size_bytes or digest.hexdigest() != ref.sha256:
+            raise ArtifactError("artifact_corrupt", f"artifact {ref.artifact_id} does not match its sha256")
+
+    async def read(self, ref: ArtifactRef) -> bytes:
+        """All of the artifact's bytes (bounded by the store's size limit)."""
+        return b"".join([part async for part in self.stream(ref)])
+
+    async def set_expiry(self, tenant_id: str, artifact_id: UUID, expires_at: datetime | None) -> None:
+        """Set (or clear, with None) when the sweeper may collect the artifact."""
+        status = await self._db.execute(
+            "UPDATE artifacts SET expires_at = $3 WHERE tenant_id = $1 AND artifact_id = $2",
+            tenant_id, artifact_id, expires_at,
+        )
+        if status.endswith(" 0"):
+            raise ArtifactNotFound(message=f"artifact {artifact_id} of tenant {tenant_id}")
+
+    async def sweep(self, batch: int = 200) -> int:
+        """Delete every expired artifact, bytes and row, in batches; return how many.
+
+        Concurrent sweepers skip each other's rows. Cancellation: batches already committed stay
+        deleted; the batch in flight rolls back and is collected by the next pass.
+        """
+        total = 0
+        while True:
+            rows: list[Any] = await self._db.fetch(
+                """DELETE FROM artifacts WHERE (tenant_id, artifact_id) IN (
+                       SELECT tenant_id, artifact_id FROM artifacts
+                       WHERE expires_at <= clock_timestamp()
+                       ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+                   RETURNING artifact_id""",
+                batch,
+            )
+            total += len(rows)
+            if len(rows) < batch:
+                return total

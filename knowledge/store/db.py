@@ -1,0 +1,284 @@
+"""The database bridge: the one module that imports asyncpg.
+
+asyncpg speaks asyncio only. Everything above this module is written against anyio and
+runs unchanged under asyncio (asyncpg is awaited directly) and trio (every call goes through
+one trio-asyncio loop, opened here when none is running). Cleanup — releasing a connection,
+rolling back, closing the pool — runs shielded from cancellation and bounded in time, because
+a cancelled release leaves ``pool.close()`` waiting on it.
+
+Cancellation of a query: the awaiting task sees the cancellation at once; asyncpg sends the
+server a cancel request and the connection is reset (or, failing that, terminated) when it is
+released, so the pool stays usable.
+"""
+
+from __future__ import annotations
+
+# trio_asyncio installs its event-loop policy on import; it must precede anything that grabs
+# an asyncio loop (asyncpg below included).
+import trio_asyncio  # isort: skip
+
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Literal, Self, TypeVar
+
+import anyio
+import asyncpg
+import sniffio
+
+from knowledge.errors import DatabaseUnavailable
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+IsolationLevel = Literal["read_committed", "repeatable_read", "serializable"]
+Record = asyncpg.Record
+
+# Re-exported so code above the bridge can catch them without importing asyncpg.
+PostgresError = asyncpg.PostgresError
+UniqueViolation = asyncpg.UniqueViolationError
+SerializationFailure = asyncpg.SerializationError
+DeadlockDetected = asyncpg.DeadlockDetectedError
+QueryCanceled = asyncpg.QueryCanceledError
+
+#: Errors after which the same operation may succeed if retried on a fresh connection.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.SerializationError,
+    asyncpg.DeadlockDetectedError,
+    asyncpg.TooManyConnectionsError,
+    DatabaseUnavailable,
+)
+
+_CLEANUP_SECONDS = 10.0
+_DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def _quiet() -> contextlib.suppress:
+    """Cleanup after a failure must not mask the failure."""
+    return contextlib.suppress(Exception)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSIENT_ERRORS)
+
+
+async def _defer(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+    return await fn(*args, **kwargs)
+
+
+class Bridge:
+    """Runs asyncpg's coroutines from whichever event loop anyio is running on."""
+
+    def __init__(self, aio_loop: Any | None) -> None:
+        self._aio_loop = aio_loop  # a trio-asyncio loop under trio, None under asyncio
+
+    @property
+    def backend(self) -> str:
+        return "trio" if self._aio_loop is not None else "asyncio"
+
+    async def __call__(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        if self._aio_loop is None:
+            return await fn(*args, **kwargs)
+        result: T = await self._aio_loop.run_aio_coroutine(_defer(fn, args, kwargs))
+        return result
+
+
+@contextlib.asynccontextmanager
+async def open_bridge() -> AsyncIterator[Bridge]:
+    """A `Bridge` for the running loop. Under trio, reuses the host's trio-asyncio loop or opens
+    one for the duration of the block (and closes it, cancelling what runs in it, on exit)."""
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        yield Bridge(None)
+        return
+    if library != "trio":
+        raise RuntimeError(f"unsupported async library {library!r}")
+    loop = trio_asyncio.current_loop.get()
+    if loop is not None:
+        yield Bridge(loop)
+        return
+    async with trio_asyncio.open_loop() as loop:
+        yield Bridge(loop)
+
+
+class Connection:
+    """One checked-out connection. Every method may be cancelled; see the module docstring."""
+
+    def __init__(self, raw: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy, run: Bridge) -> None:
+        self._raw = raw
+        self._run = run
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        return await self._run(self._raw.execute, sql, *args)
+
+    async def executemany(self, sql: str, args: Iterable[Sequence[Any]]) -> None:
+        await self._run(self._raw.executemany, sql, args)
+
+    async def fetch(self, sql: str, *args: Any) -> list[Record]:
+        return await self._run(self._raw.fetch, sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Record | None:
+        return await self._run(self._raw.fetchrow, sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self._run(self._raw.fetchval, sql, *args)
+
+    async def copy_records(self, table: str, records: Iterable[Sequence[Any]], columns: Sequence[str]) -> None:
+        """Bulk insert with COPY (the fast path for chunk and index rows)."""
+        await self._run(self._raw.copy_records_to_table, table, records=list(records), columns=list(columns))
+
+    @property
+    def backend_pid(self) -> int:
+        return int(self._raw.get_server_pid())
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, isolation: IsolationLevel | None = None) -> AsyncIterator[Self]:
+        """BEGIN … COMMIT. Any exception — cancellation included — rolls back (shielded), so a
+        transaction is all or nothing whatever interrupts it."""
+        tx = self._raw.transaction(isolation=isolation) if isolation else self._raw.transaction()
+        await self._run(tx.start)
+        try:
+            yield self
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS), _quiet():
+                if not self._raw.is_closed():
+                    await self._run(tx.rollback)
+            raise
+        await self._run(tx.commit)
+
+
+class Database:
+    """The connection pool, opened with `Database.open` and closed when its block exits."""
+
+    def __init__(self, pool: asyncpg.Pool, run: Bridge, dsn: str) -> None:
+        self._pool = pool
+        self._run = run
+        self.dsn = dsn
+
+    @property
+    def backend(self) -> str:
+        return self._run.backend
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        bridge: Bridge,
+        min_size: int = 1,
+        max_size: int = 10,
+        application_name: str = "knowledge",
+    ) -> AsyncIterator[Database]:
+        """Open a pool on ``dsn``. On exit (normal, error or cancellation) every connection is
+        closed: gracefully within 10 s, then terminated."""
+        try:
+            pool = await bridge(
+                asyncpg.create_pool,
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                server_settings={"application_name": application_name},
+            )
+        except TRANSIENT_ERRORS as exc:
+            raise DatabaseUnavailable(message=f"cannot connect: {exc}") from exc
+        except asyncpg.InvalidCatalogNameError as exc:
+            raise DatabaseUnavailable(message=str(exc)) from exc
+        try:
+            yield cls(pool, bridge, dsn)
+        finally:
+            with anyio.CancelScope(shield=True):
+                closed = False
+                with anyio.move_on_after(_CLEANUP_SECONDS):
+                    await bridge(pool.close)
+                    closed = True
+                if not closed:
+                    _log.warning("pool did not close within %ss; terminating", _CLEANUP_SECONDS)
+                    pool.terminate()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """Check a connection out of the pool; it is released (shielded) however the block ends."""
+        try:
+            raw = await self._run(self._pool.acquire)
+        except TRANSIENT_ERRORS as exc:
+            raise DatabaseUnavailable(message=f"cannot acquire a connection: {exc}") from exc
+        try:
+            yield Connection(raw, self._run)
+        finally:
+            with anyio.CancelScope(shield=True):
+                released = False
+                with anyio.move_on_after(_CLEANUP_SECONDS):
+                    with contextlib.suppress(Exception):
+                        await self._run(self._pool.release, raw)
+                        released = True
+                if not released:
+                    raw.terminate()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, isolation: IsolationLevel | None = None) -> AsyncIterator[Connection]:
+        """A connection inside one transaction: committed if the block ends normally."""
+        async with self.connection() as conn, conn.transaction(isolation) as tx:
+            yield tx
+
+    async def fetch(self, sql: str, *args: Any) -> list[Record]:
+        async with self.connection() as conn:
+            return await conn.fetch(sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Record | None:
+        async with self.connection() as conn:
+            return await conn.fetchrow(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        async with self.connection() as conn:
+            return await conn.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        async with self.connection() as conn:
+            return await conn.execute(sql, *args)
+
+    def pool_stats(self) -> dict[str, int]:
+        return {
+            "size": self._pool.get_size(),
+            "idle": self._pool.get_idle_size(),
+            "max": self._pool.get_max_size(),
+        }
+
+
+@contextlib.asynccontextmanager
+async def connect_once(dsn: str, bridge: Bridge) -> AsyncIterator[Connection]:
+    """A single connection outside any pool (administration: creating the database)."""
+    try:
+        raw = await bridge(asyncpg.connect, dsn)
+    except TRANSIENT_ERRORS as exc:
+        raise DatabaseUnavailable(message=f"cannot connect: {exc}") from exc
+    try:
+        yield Connection(raw, bridge)
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS), _quiet():
+            await bridge(raw.close)
+        if not raw.is_closed():
+            raw.terminate()
+
+
+async def ensure_database(admin_dsn: str, name: str, bridge: Bridge) -> bool:
+    """Create database ``name`` unless it exists; True if this call created it. Safe to race."""
+    if not _DB_NAME.fullmatch(name):
+        raise ValueError(f"invalid database name {name!r}")
+    async with connect_once(admin_dsn, bridge) as conn:
+        if await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            return False
+        try:
+            # An identifier cannot be a bind parameter; `name` was checked against _DB_NAME.
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        except asyncpg.DuplicateDatabaseError:
+            return False
+        except asyncpg.UniqueViolationError:  # two creators racing on pg_database's index
+            return False
+        return True

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: install, lint, type-check, and run every test against a real PostgreSQL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+.venv/bin/ruff check knowledge parsers supervisors tests scripts
+.venv/bin/mypy
+exec .venv/bin/python -m pytest "$@"
