@@ -27,6 +27,7 @@ from knowledge.config import Settings
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
+from knowledge.structured import HeldError
 from supervisors.embedded_pg import EmbeddedServer, start_embedded_async
 
 _log = logging.getLogger(__name__)
@@ -98,14 +99,16 @@ class KnowledgeService:
                     applied = await migrate(db)
                     if applied:
                         _log.info("applied migrations %s", applied)
+                # The host's own exception leaves the block as itself, not as an ExceptionGroup.
+                held = HeldError()
                 async with anyio.create_task_group() as tg:
                     svc = cls(settings, db, tg, server)
                     if settings.sweep_interval_seconds:
                         svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
-                    try:
+                    with held:
                         yield svc
-                    finally:
-                        tg.cancel_scope.cancel()
+                    tg.cancel_scope.cancel()
+                held.reraise()
 
     def start_background(self, name: str, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""

@@ -113,11 +113,15 @@ def _prune_dead_holders(pgdata: Path) -> list[int]:
 
 def _release(pgdata: Path, cleanup_mode: str | None) -> None:
     """At exit: leave the holder list; the last holder out stops (or deletes) the server."""
+    if not pgdata.exists():
+        return
     with PostgresServer._lock:
         pids = [p for p in _read_holders(pgdata) if p != os.getpid() and psutil.pid_exists(p)]
-        if pgdata.exists():
-            (pgdata / _HANDLES).write_text(json.dumps(pids))
+        (pgdata / _HANDLES).write_text(json.dumps(pids))
         if pids or cleanup_mode is None:
+            return
+        info = _postmaster(pgdata)
+        if info is None or not _is_our_postmaster(info, pgdata):
             return
         try:
             _pg_ctl_stop(pgdata)

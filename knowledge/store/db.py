@@ -20,6 +20,7 @@ import trio_asyncio  # isort: skip
 import contextlib
 import logging
 import re
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal, Self, TypeVar
 
@@ -28,6 +29,7 @@ import asyncpg
 import sniffio
 
 from knowledge.errors import DatabaseUnavailable
+from knowledge.structured import HeldError
 
 _log = logging.getLogger(__name__)
 
@@ -103,8 +105,11 @@ async def open_bridge() -> AsyncIterator[Bridge]:
     if loop is not None:
         yield Bridge(loop)
         return
+    held = HeldError()  # the block's own exception leaves unwrapped by the loop's nurseries
     async with trio_asyncio.open_loop() as loop:
-        yield Bridge(loop)
+        with held:
+            yield Bridge(loop)
+    held.reraise()
 
 
 class Connection:
@@ -282,3 +287,9 @@ async def ensure_database(admin_dsn: str, name: str, bridge: Bridge) -> bool:
         except asyncpg.UniqueViolationError:  # two creators racing on pg_database's index
             return False
         return True
+
+
+def dsn_with_database(dsn: str, database: str) -> str:
+    """``dsn`` pointed at another database on the same server (keeps host, socket and options)."""
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}"))

@@ -1,0 +1,103 @@
+"""KnowledgeService: opens under trio and asyncio, and leaves nothing behind however it closes."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from knowledge.config import Settings
+from knowledge.service import KnowledgeService
+from knowledge.store.db import Database, open_bridge
+from tests.conftest import child_processes
+
+
+async def _connections_of(dsn: str, app: str) -> int:
+    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as probe:
+        return int(await probe.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app))
+
+
+@pytest.mark.anyio
+async def test_service_open_close_leaves_no_connection_or_child(settings: Settings, anyio_backend: str) -> None:
+    assert settings.dsn is not None
+    before = {p.pid for p in child_processes()}
+    async with KnowledgeService.open(settings) as svc:
+        health = await svc.health()
+        assert health.ok, health
+        assert health.backend == anyio_backend
+        assert health.schema_version == health.schema_expected >= 1
+        assert health.server_version and health.server_version.startswith("18")
+        assert await _connections_of(settings.dsn, settings.application_name) >= 1
+    assert await _connections_of(settings.dsn, settings.application_name) == 0
+    assert {p.pid for p in child_processes()} - before == set()
+
+
+@pytest.mark.anyio
+async def test_background_tasks_are_cancelled_and_awaited_on_close(settings: Settings) -> None:
+    finished: list[str] = []
+
+    async def forever(tag: str) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            finished.append(tag)
+
+    async with KnowledgeService.open(settings) as svc:
+        svc.start_background("a", forever, "a")
+        svc.start_background("b", forever, "b")
+        await anyio.sleep(0.05)
+        assert finished == []
+    assert sorted(finished) == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_exception_inside_the_block_closes_everything(settings: Settings) -> None:
+    assert settings.dsn is not None
+    with pytest.raises(RuntimeError, match="host failure"):
+        async with KnowledgeService.open(settings) as svc, svc.db.transaction() as tx:
+            await tx.execute("SELECT 1")
+            raise RuntimeError("host failure")
+    assert await _connections_of(settings.dsn, settings.application_name) == 0
+
+
+@pytest.mark.anyio
+async def test_cancellation_mid_query_closes_everything(settings: Settings) -> None:
+    assert settings.dsn is not None
+    with anyio.fail_after(30):  # hang detector
+        with anyio.move_on_after(0.5) as scope:
+            async with KnowledgeService.open(settings) as svc:
+                svc.start_background("sleeper", svc.db.fetchval, "SELECT pg_sleep(60)")
+                await svc.db.fetchval("SELECT pg_sleep(60)")
+        assert scope.cancelled_caught
+    assert await _connections_of(settings.dsn, settings.application_name) == 0
+
+
+@pytest.mark.anyio
+async def test_health_reports_a_broken_database_without_raising(settings: Settings) -> None:
+    async with KnowledgeService.open(settings) as svc:
+        async with svc.db.connection() as conn:
+            # Kill every other backend of this service's pool, then use the pool.
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = $1 AND pid <> pg_backend_pid()", settings.application_name)
+        health = await svc.health()
+        # asyncpg reconnects a terminated idle connection on next use, or health says why not.
+        assert health.ok or health.error
+
+
+@pytest.mark.anyio
+async def test_sweeper_runs_in_the_service_task_group(settings: Settings, tenant: str) -> None:
+    from datetime import UTC, datetime
+
+    from knowledge.errors import ArtifactNotFound
+
+    settings = settings.model_copy(update={"sweep_interval_seconds": 0.05})
+    async with KnowledgeService.open(settings) as svc:
+        ref = await svc.artifacts.put(tenant, b"bye", media_type="text/plain")
+        await svc.artifacts.set_expiry(tenant, ref.artifact_id, datetime.now(UTC))
+        with anyio.fail_after(10):
+            while await svc.db.fetchval(  # noqa: ASYNC110 - polling the database, not an event
+                    "SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant):
+                await anyio.sleep(0.05)
+        with pytest.raises(ArtifactNotFound):
+            await svc.artifacts.get_ref(tenant, ref.artifact_id)
