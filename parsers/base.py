@@ -1,0 +1,65 @@
+"""The Extractor port (ADR-0033, "Ports and data model") and the registry that picks an adapter.
+
+An extractor turns a source's bytes into text. It refuses, with a reason code, what it cannot
+turn into text: never an empty document that retrieves nothing and explains nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import Literal, Protocol, runtime_checkable
+
+from knowledge.errors import KnowledgeError
+
+#: How the chunker should read an extractor's text: Markdown structure, or paragraphs only.
+Structure = Literal["markdown", "plain"]
+
+
+class ExtractionRefused(KnowledgeError):
+    """The source cannot become text: ``unsupported_media_type``, ``no_text``, ``undecodable``,
+    ``too_large``, or an adapter's own reason (``pdf_encrypted`` …)."""
+
+    reason = "extraction_refused"
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    #: The structure of the text this extractor returns.
+    structure: Structure
+
+    def media_types(self) -> set[str]: ...
+
+    async def extract(self, source: AsyncIterator[bytes], media_type: str) -> str:
+        """The source's text. Raises `ExtractionRefused`. Cancellation: propagates; an
+        adapter that runs a child process kills and reaps it first."""
+        ...
+
+
+def base_media_type(media_type: str) -> str:
+    """``"text/markdown; charset=utf-8"`` -> ``"text/markdown"``."""
+    return media_type.split(";", 1)[0].strip().lower()
+
+
+class ExtractorRegistry:
+    """Media type -> extractor. An unsupported media type is refused loudly."""
+
+    def __init__(self, extractors: Iterable[Extractor] = ()) -> None:
+        self._by_type: dict[str, Extractor] = {}
+        for extractor in extractors:
+            self.register(extractor)
+
+    def register(self, extractor: Extractor) -> None:
+        for media_type in extractor.media_types():
+            key = base_media_type(media_type)
+            if key in self._by_type:
+                raise ValueError(f"two extractors for {key}")
+            self._by_type[key] = extractor
+
+    def media_types(self) -> set[str]:
+        return set(self._by_type)
+
+    def for_media_type(self, media_type: str) -> Extractor:
+        extractor = self._by_type.get(base_media_type(media_type))
+        if extractor is None:
+            raise ExtractionRefused("unsupported_media_type", f"no extractor for {media_type!r}")
+        return extractor
