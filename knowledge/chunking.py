@@ -40,12 +40,12 @@ FLOOR_TOKENS = 100
 TOKENIZER_VERSION = "t1"
 CHUNKER_VERSION = f"md1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
 
-# One token per CJK character, per short word (<= 6 characters), per 4 characters of a longer
+# One token per CJK character, per short word (<= 8 characters), per 5 characters of a longer
 # word, and per other non-space character. One regex, counted in C.
 _TOKEN = re.compile(
     r"[\u2E80-\u9FFF\uAC00-\uD7AF\uF900-\uFAFF\U00020000-\U0002FFFF]"
-    r"|(?<!\w)\w{1,6}(?!\w)"
-    r"|\w{1,4}"
+    r"|(?<!\w)\w{1,8}(?!\w)"
+    r"|\w{1,5}"
     r"|[^\w\s]"
 )
 
@@ -54,7 +54,7 @@ def count_tokens(text: str) -> int:
     """A deterministic, download-free stand-in for a BPE tokenizer's count.
 
     Approximates GPT-style BPE (cl100k-like) on English technical text: one token per short word
-    or punctuation mark, a long word one token per four characters (identifiers, hashes and
+    or punctuation mark, a long word one token per five characters (identifiers, hashes and
     base64 cost what they cost a BPE), and one per CJK character.
     """
     return len(_TOKEN.findall(text))
@@ -274,14 +274,20 @@ def _pieces(text: str, section: _Section) -> list[_Block]:
 def chunk_text(text: str, title: str, *, markdown: bool) -> list[ChunkDraft]:
     """Chunk normalized ``text`` of a document titled ``title``."""
     sections = _markdown_sections(text, title) if markdown else _plain_sections(text, title)
-    drafts: list[ChunkDraft] = []
+    pieces: list[tuple[tuple[str, ...], _Block]] = []
     for section in _merge_small(sections):
         for piece in _pieces(text, section):
-            # piece.tokens is exact: pieces are whole blocks (or windows) counted once, and the
-            # whitespace between blocks counts nothing.
-            drafts.append(ChunkDraft(len(drafts), section.path, piece.start, piece.end,
-                                     text[piece.start:piece.end], piece.tokens))
-    return drafts
+            prev = pieces[-1] if pieces else None
+            # A last pass for what splitting left below the floor next to a neighbour it fits with.
+            if prev is not None and min(prev[1].tokens, piece.tokens) < FLOOR_TOKENS \
+                    and prev[1].tokens + piece.tokens <= CEILING_TOKENS:
+                pieces[-1] = (_common_path(prev[0], section.path),
+                              _Block(prev[1].start, piece.end, prev[1].tokens + piece.tokens))
+            else:
+                pieces.append((section.path, piece))
+    # Token counts are exact sums: pieces are whole blocks (or windows) counted once, and the
+    # whitespace between blocks counts nothing.
+    return [ChunkDraft(i, path, p.start, p.end, text[p.start:p.end], p.tokens) for i, (path, p) in enumerate(pieces)]
 
 
 class MarkdownChunker:
