@@ -10,12 +10,13 @@ one, and a hard split happens only when one block exceeds the ceiling.
 - A section above the ceiling is cut between blocks, packing blocks up to the target; a block
   above the ceiling alone is cut between lines, then between words, then between characters.
 - Every chunk is a contiguous slice of the normalized text; chunks are in order and do not
-  overlap, and only whitespace and front matter lie between them.
+  overlap, and only whitespace lies between them.
 
 Markdown is parsed with markdown-it-pyrs (markdown-it in Rust; CommonMark + tables + front matter), so a ``#`` inside
 a code fence is not a heading, setext headings are headings, and Hugo/Jekyll front matter is
-metadata, not a heading: its ``title:`` becomes the first heading under the document title when
-it differs from it. Plain text has paragraphs only. Pure: no I/O, deterministic per
+never mistaken for one (its closing ``---`` would otherwise make a setext heading): it stays in
+the text, and its ``title:`` becomes the first heading under the document title when it differs
+from it. Plain text has paragraphs only. Pure: no I/O, deterministic per
 `CHUNKER_VERSION`, which includes the normalizer's and the token counter's versions.
 """
 
@@ -151,24 +152,22 @@ def _markdown_sections(text: str, title: str) -> list[_Section]:
     # markdown-it.rs reports UTF-8 byte offsets; blocks start on lines, so map bytes -> line.
     byte_lines = lines if text.isascii() else _line_offsets_bytes(text)
     starts: list[tuple[int, int, str]] = []  # (line, heading level or 0, heading text)
-    body_from = 0
     root: tuple[str, ...] = (title,)
     for node in _MD.tree(text).children:
         if node.srcmap is None:
             continue
         line = bisect.bisect_right(byte_lines, node.srcmap[0]) - 1
         if node.name == "front_matter":
-            body_from = bisect.bisect_left(byte_lines, node.srcmap[1])
             match = _FM_TITLE.search(node.meta.get("content", ""))
             if match and match["t"].strip() and match["t"].strip() != title:
                 root = (title, match["t"].strip())
+            starts.append((line, 0, ""))  # content too: a page may be nothing but its title
         elif node.name in ("heading", "lheading"):
             starts.append((line, int(node.meta["level"]), _inline_text(node)))
         else:
             starts.append((line, 0, ""))
-    starts = [s for s in starts if s[0] >= body_from]
-    if not starts or starts[0][0] > body_from:
-        starts.insert(0, (body_from, 0, ""))
+    if not starts or starts[0][0] > 0:
+        starts.insert(0, (0, 0, ""))  # content the parser made no node of (e.g. link definitions)
 
     sections: list[_Section] = [_Section(root, [])]
     stack: list[tuple[int, str]] = []  # open headings: (level, text)

@@ -1,38 +1,88 @@
-"""The main job: start the embedded database, migrate, put and read back an artifact, and
-print the health check. Run with ``bash scripts/main.sh`` (or ``python -m knowledge.demo``)."""
+"""The main job: start the embedded database, migrate, ingest a folder of Markdown, and print
+what was ingested, what was refused and why, the chunk sizes and the health check.
+
+    bash scripts/main.sh [FOLDER]      # default: ../shared/corpus/docs-etcd, else examples/docs
+
+Ingesting the same folder again finds every document already there (document ids are derived
+from the tenant and the file's path), so the job can be re-run.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 
-from knowledge.models import ArtifactOrigin, TrustLevel
+from knowledge.ingest import IngestRefused
+from knowledge.models import ArtifactOrigin, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 
-SAMPLE = b"# Rollback\n\nRoll back by reverting the release tag and re-running the deploy job.\n"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_FOLDERS = [ROOT.parent / "shared" / "corpus" / "docs-etcd", ROOT / "examples" / "docs"]
+TENANT = "demo"
+MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
 
 
-async def run() -> None:
+async def run(folder: Path, files: list[Path]) -> None:
+    principal = Principal(tenant_id=TENANT, principal_id="operator", scopes=frozenset({"knowledge.write"}))
     async with KnowledgeService.open() as svc:
         server = svc.embedded_server
         if server is not None:
             kind = "cold (initdb)" if server.cold_start else ("joined running" if server.reused else "warm")
-            print(f"embedded PostgreSQL: {server.pgdata}  {kind} start in {server.start_seconds:.2f}s")
-        ref = await svc.artifacts.put(
-            "demo", SAMPLE, media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
-            trust=TrustLevel.USER, file_name="rollback.md",
-        )
-        back = await svc.artifacts.read(ref)
-        assert back == SAMPLE, "artifact did not read back byte for byte"
-        print(f"artifact {ref.artifact_id}: {ref.size_bytes} bytes, sha256 {ref.sha256[:16]}…, read back intact")
-        print(json.dumps((await svc.health()).model_dump(), indent=2))
+            print(f"embedded PostgreSQL 18 at {server.pgdata}: {kind} start in {server.start_seconds:.2f}s")
+        print(f"ingesting {len(files)} files from {folder}")
+        outcomes: dict[str, int] = {}
+        tokens: list[int] = []
+        began = time.perf_counter()
+        size = 0
+        for path in files:
+            data = path.read_bytes()
+            size += len(data)
+            ref = await svc.artifacts.put(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
+                                          origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name)
+            rel = str(path.relative_to(folder))
+            try:
+                doc = await svc.ingest(ref, rel, "tenant", principal, origin_trust=TrustLevel.USER,
+                                       document_id=uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-demo:{TENANT}:{rel}"))
+            except IngestRefused as exc:
+                outcomes[exc.reason] = outcomes.get(exc.reason, 0) + 1
+                if exc.reason != "document_exists":
+                    print(f"  refused {rel}: {exc.reason}: {exc.message}")
+                continue
+            finally:
+                # The upload was only the vehicle: the document keeps its own copy of the source.
+                await svc.artifacts.set_expiry(TENANT, ref.artifact_id, datetime.now(UTC))
+            outcomes["ingested"] = outcomes.get("ingested", 0) + 1
+            tokens.extend(r["tokens"] for r in await svc.db.fetch(
+                "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2",
+                TENANT, doc.document_id))
+        elapsed = time.perf_counter() - began
+        print(f"outcomes: {outcomes}  ({size / 1e6:.2f} MB in {elapsed:.2f}s, {size / 1e6 / elapsed:.2f} MB/s)")
+        if tokens:
+            q = statistics.quantiles(tokens, n=4, method="inclusive")
+            print(f"new chunks: {len(tokens)}; tokens min {min(tokens)} p25 {q[0]:.0f} median {q[1]:.0f} "
+                  f"p75 {q[2]:.0f} max {max(tokens)}")
+        stats = await svc.ingest_stats(TENANT)
+        print(f"corpus (tenant {TENANT}): {stats.live_chunks} live chunks, instruction-like rate "
+              f"{stats.instruction_like_rate:.2%}, accepted {stats.accepted}, refused {stats.refused}")
+        health = await svc.health()
+        print(f"health: ok={health.ok} backend={health.backend} server={health.server_version} "
+              f"schema={health.schema_version}/{health.schema_expected} latency={health.latency_ms:.1f}ms")
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__).parse_args()
-    anyio.run(run, backend="trio")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", nargs="?", type=Path, default=None)
+    args = parser.parse_args()
+    folder = args.folder or next(p for p in DEFAULT_FOLDERS if p.is_dir())
+    folder = folder.resolve()
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in MEDIA_TYPES and p.is_file())
+    anyio.run(run, folder, files, backend="trio")
 
 
 if __name__ == "__main__":

@@ -45,3 +45,9 @@ class ArtifactNotFound(ArtifactError):
     """The artifact does not exist in this tenant, or it expired and was swept."""
 
     reason = "artifact_not_found"
+
+
+class ServiceClosed(KnowledgeError):
+    """The service closed before (or while) the operation ran."""
+
+    reason = "service_closed"

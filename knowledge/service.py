@@ -16,18 +16,33 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from datetime import date
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from knowledge.config import Settings
+from knowledge.ingest import Ingestor, IngestRequest
+from knowledge.metrics import IngestStats, ingest_stats
+from knowledge.models import (
+    ArtifactRef,
+    Authority,
+    KnowledgeDocument,
+    Principal,
+    Sensitivity,
+    TrustLevel,
+    Visibility,
+)
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
-from knowledge.structured import HeldError
+from knowledge.structured import HeldError, call_in_group
+from parsers.base import ExtractorRegistry
+from parsers.text import MarkdownExtractor, PlainTextExtractor
 from supervisors.embedded_pg import EmbeddedServer, start_embedded_async
 
 _log = logging.getLogger(__name__)
@@ -60,6 +75,8 @@ class KnowledgeService:
         self.artifacts = ArtifactStore(db, settings.max_artifact_bytes)
         self.embedded_server = server
         self._task_group = task_group
+        self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor()])
+        self.ingestor = Ingestor(db, self.artifacts, self.extractors)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -109,6 +126,37 @@ class KnowledgeService:
                         yield svc
                     tg.cancel_scope.cancel()
                 held.reraise()
+
+    async def ingest(
+        self,
+        source: ArtifactRef,
+        title: str,
+        visibility: Visibility | str,
+        principal: Principal,
+        *,
+        origin_trust: TrustLevel,
+        project_scope: str | None = None,
+        doc_date: date | None = None,
+        authority: Authority | str = Authority.PRINCIPAL_SUPPLIED,
+        sensitivity: Sensitivity | str = Sensitivity.INTERNAL,
+        document_id: UUID | None = None,
+    ) -> KnowledgeDocument:
+        """``knowledge.ingest``: the seven steps in one transaction (see `knowledge.ingest`).
+
+        ``origin_trust`` is the calling turn's. Raises `IngestRefused` (with a reason code) and
+        writes nothing but an outcome counter when refused. Runs as a task of the service: closing
+        the service cancels it (`ServiceClosed`); cancelling the caller rolls it back first.
+        """
+        request = IngestRequest(
+            source=source, title=title, visibility=Visibility(visibility), principal=principal,
+            origin_trust=origin_trust, project_scope=project_scope, doc_date=doc_date,
+            authority=Authority(authority), sensitivity=Sensitivity(sensitivity), document_id=document_id,
+        )
+        return await call_in_group(self._task_group, self.ingestor.ingest, request)
+
+    async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
+        """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
+        return await ingest_stats(self.db, tenant_id)
 
     def start_background(self, name: str, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from knowledge.errors import ServiceClosed
+
+T = TypeVar("T")
 
 
 class HeldError:
     """Hold the exception of a block that runs inside a nursery, to re-raise it unwrapped after.
 
     A task group wraps whatever leaves its body in an ExceptionGroup; a host that embeds us
-    should see its own exception (or cancellation) as itself::
+    should see its own exception as itself. Cancellation is not held: the cancel scopes around
+    (the group's own included) must see it to know whether it is theirs::
 
         held = HeldError()
         async with anyio.create_task_group() as tg:
@@ -28,10 +38,51 @@ class HeldError:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
+        if exc is None or isinstance(exc, anyio.get_cancelled_exc_class()):
+            return False  # cancellation belongs to the scopes around us: let it through
         self.error = exc
-        return exc is not None
+        return True
 
     def reraise(self) -> None:
         if self.error is not None:
             error, self.error = self.error, None
             raise error
+
+
+async def call_in_group(group: TaskGroup, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run ``fn(*args)`` as a task of ``group`` (the service's) and return its result here.
+
+    The service thereby owns every in-flight operation: closing it cancels the operation, and the
+    caller gets `ServiceClosed`. Cancelling the caller cancels the operation and waits for it to
+    finish unwinding (rolled back, children reaped) before the cancellation propagates.
+    """
+    outcome: list[tuple[bool, Any]] = []
+    done = anyio.Event()
+    scope = anyio.CancelScope()
+
+    async def runner() -> None:
+        try:
+            with scope:
+                outcome.append((True, await fn(*args)))
+        except Exception as exc:  # the operation's own failure, delivered to the caller
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    try:
+        group.start_soon(runner)
+    except RuntimeError:  # the group is closed
+        raise ServiceClosed(message="the service is closed") from None
+    try:
+        await done.wait()
+    finally:
+        if not done.is_set():
+            scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+    if not outcome:
+        raise ServiceClosed(message="the service closed during the operation")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]

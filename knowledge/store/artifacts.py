@@ -123,15 +123,31 @@ class ArtifactStore:
             raise ArtifactNotFound(message=f"artifact {artifact_id} of tenant {tenant_id}")
         return ref_from_row(row)
 
-    async def stream(self, ref: ArtifactRef, chunk_bytes: int = READ_CHUNK_BYTES) -> AsyncIterator[bytes]:
+    async def open_read(self, tenant_id: str, artifact_id: UUID) -> tuple[ArtifactRef, AsyncIterator[bytes]]:
+        """The ref of a live artifact and a stream of its bytes, the first slice fetched with the
+        ref in one query (most sources fit in one slice). `ArtifactNotFound` if absent."""
+        row = await self._db.fetchrow(
+            f"""SELECT {_REF_COLUMNS}, substring(content FROM 1 FOR $3) AS head
+                FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}""",
+            tenant_id, artifact_id, READ_CHUNK_BYTES,
+        )
+        if row is None:
+            raise ArtifactNotFound(message=f"artifact {artifact_id} of tenant {tenant_id}")
+        ref = ref_from_row(row)
+        return ref, self.stream(ref, head=bytes(row["head"]))
+
+    async def stream(self, ref: ArtifactRef, chunk_bytes: int = READ_CHUNK_BYTES, head: bytes = b""
+                     ) -> AsyncIterator[bytes]:
         """The artifact's bytes as an async stream of slices, checked against its SHA-256.
 
         No connection is held between slices (each is one short query on immutable bytes), so
         a consumer that stops early or is cancelled leaves nothing checked out. Raises
         `ArtifactNotFound` if the artifact expires or is swept mid-read.
         """
-        digest = hashlib.sha256()
-        offset = 0
+        digest = hashlib.sha256(head)
+        offset = len(head)
+        if head:
+            yield head
         while offset < ref.size_bytes:
             part = await self._db.fetchval(
                 f"""SELECT substring(content FROM $3 FOR $4) FROM artifacts

@@ -1,0 +1,320 @@
+"""Ingestion: the spec's seven ordered steps, all writes in ONE transaction.
+
+1. Admit     origin trust >= USER, the ``knowledge.write`` scope, the source in the principal's tenant
+2. Extract   the registry's adapter for the source's media type (`parsers.base.Extractor`)
+3. Normalize the closed list (`knowledge.normalize`)
+4. Scan      a secret refuses everything (naming the chunk, never the secret); instruction-like
+             text only flags the chunk
+5. Chunk     structure first (`knowledge.chunking`), ids deterministic per chunker version
+6. Index     PostgreSQL full-text search over text plus heading path
+7. Commit    source copy (KNOWLEDGE_SOURCE, expires_at NULL), document, chunk set, chunks, index
+             rows and a ``knowledge.document.ingested`` event, in one transaction
+
+Steps 3–5 are the pure `prepare`; the shell around it reads, refuses and commits. A refusal
+raises `IngestRefused` with a reason code; a refused or failed ingest writes nothing but an
+outcome counter (`knowledge_ingest_outcomes`, which holds no content). The caller's input
+artifact is never modified or deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import anyio
+
+from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, PlainTextChunker, chunk_id, content_sha256
+from knowledge.errors import ArtifactNotFound, KnowledgeError
+from knowledge.models import (
+    ArtifactRef,
+    Authority,
+    KnowledgeDocument,
+    Principal,
+    Sensitivity,
+    TrustLevel,
+    Visibility,
+)
+from knowledge.normalize import normalize
+from knowledge.scan import find_secrets, is_instruction_like
+from knowledge.store.artifacts import ArtifactStore, ref_from_row
+from knowledge.store.db import Connection, Database
+from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
+
+_log = logging.getLogger(__name__)
+
+WRITE_SCOPE = "knowledge.write"
+INGESTED_EVENT = "knowledge.document.ingested"
+#: The text search configuration of the index rows (and, later, of queries).
+TS_CONFIG = "english"
+
+
+class IngestRefused(KnowledgeError):
+    """An ingest refused at one of its steps. ``reason`` is the cause; for a secret, the chunk
+    that holds it is named by ordinal and heading path, never by its text."""
+
+    reason = "refused"
+
+    def __init__(self, reason: str, message: str | None = None, *, chunk_ordinal: int | None = None,
+                 heading_path: tuple[str, ...] | None = None) -> None:
+        super().__init__(reason, message)
+        self.chunk_ordinal = chunk_ordinal
+        self.heading_path = heading_path
+
+
+@dataclass(frozen=True)
+class IngestRequest:
+    """One call of ``knowledge.ingest``."""
+
+    source: ArtifactRef
+    title: str
+    visibility: Visibility
+    principal: Principal
+    origin_trust: TrustLevel  # the calling turn's origin trust
+    project_scope: str | None = None
+    doc_date: date | None = None
+    authority: Authority = Authority.PRINCIPAL_SUPPLIED
+    sensitivity: Sensitivity = Sensitivity.INTERNAL
+    document_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class PreparedChunk:
+    draft: ChunkDraft
+    content_sha256: str
+    instruction_like: bool
+
+
+@dataclass(frozen=True)
+class PreparedDocument:
+    """Steps 3–5 done: what will be stored, before ids (which need the document's identity)."""
+
+    text: str
+    chunks: list[PreparedChunk]
+    chunker_version: str = CHUNKER_VERSION
+
+    @property
+    def instruction_like_count(self) -> int:
+        return sum(c.instruction_like for c in self.chunks)
+
+
+def prepare(raw_text: str, title: str, structure: Structure) -> PreparedDocument:
+    """Normalize, scan and chunk (pure). Raises `IngestRefused` for a secret or empty text."""
+    text = normalize(raw_text)
+    if not text.strip():
+        raise IngestRefused("no_text", "nothing left after normalization")
+    chunker = MarkdownChunker() if structure == "markdown" else PlainTextChunker()
+    drafts = chunker.chunk(text, title)
+    if not drafts:
+        raise IngestRefused("no_text", "no chunk of text")
+    findings = find_secrets(text)
+    if findings:
+        first = findings[0]
+        holder = next((d for d in drafts if d.start <= first.start < max(d.end, d.start + 1)), None)
+        holder = holder or min(drafts, key=lambda d: abs(d.start - first.start))
+        raise IngestRefused(
+            "secret_detected",
+            f"a credential ({first.kind}, line {first.line}) in chunk {holder.ordinal} "
+            f"under {' > '.join(holder.heading_path)}",
+            chunk_ordinal=holder.ordinal, heading_path=holder.heading_path,
+        )
+    chunks = [PreparedChunk(d, content_sha256(d.text), is_instruction_like(d.text)) for d in drafts]
+    return PreparedDocument(text, chunks)
+
+
+#: Fault-injection points (the stress suite and tests use them): called with the step's name.
+FaultHook = Callable[[str, Connection], Awaitable[None]]
+
+
+@dataclass
+class Ingestor:
+    """The imperative shell around `prepare`."""
+
+    db: Database
+    artifacts: ArtifactStore
+    registry: ExtractorRegistry
+    fault_hook: FaultHook | None = field(default=None)
+
+    async def ingest(self, request: IngestRequest) -> KnowledgeDocument:
+        """Run the seven steps; return the committed document or raise `IngestRefused`.
+
+        Cancellation: the transaction rolls back and nothing of the attempt remains (the outcome
+        counter is not touched). Other exceptions (database failures) also leave nothing; they
+        are counted as ``failed`` and re-raised.
+        """
+        tenant = request.principal.tenant_id
+        try:
+            document = await self._ingest(request)
+        except IngestRefused as refusal:
+            await self._count(tenant, "refused", refusal.reason)
+            raise
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            await self._count(tenant, "failed", type(exc).__name__)
+            raise
+        return document
+
+    async def _ingest(self, request: IngestRequest) -> KnowledgeDocument:
+        self._admit(request)
+        try:
+            source, stream = await self.artifacts.open_read(request.principal.tenant_id, request.source.artifact_id)
+        except ArtifactNotFound:
+            raise IngestRefused("source_not_found", f"artifact {request.source.artifact_id}") from None
+        if source.sha256 != request.source.sha256:
+            raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
+        try:
+            extractor = self.registry.for_media_type(source.media_type)
+            raw_text = await extractor.extract(stream, source.media_type)
+        except ExtractionRefused as exc:
+            raise IngestRefused(exc.reason, exc.message) from None
+        await anyio.lowlevel.checkpoint()
+        prepared = prepare(raw_text, request.title, extractor.structure)
+        await anyio.lowlevel.checkpoint()
+        return await self._commit(request, source, prepared)
+
+    def _admit(self, request: IngestRequest) -> None:
+        if request.origin_trust < TrustLevel.USER:
+            raise IngestRefused("origin_trust", f"origin trust {request.origin_trust} is below USER")
+        if not request.principal.has_scope(WRITE_SCOPE):
+            raise IngestRefused("missing_scope", f"the principal lacks {WRITE_SCOPE}")
+        if request.source.tenant_id != request.principal.tenant_id:
+            raise IngestRefused("tenant_mismatch", "the source belongs to another tenant")
+        if request.visibility is Visibility.PROJECT and not request.project_scope:
+            raise IngestRefused("invalid_request", "visibility=project requires a project_scope")
+        if not request.title.strip() or len(request.title) > 1024:
+            raise IngestRefused("invalid_request", "a title of 1 to 1024 characters is required")
+
+    async def _fault(self, step: str, conn: Connection) -> None:
+        if self.fault_hook is not None:
+            await self.fault_hook(step, conn)
+
+    async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
+                      ) -> KnowledgeDocument:
+        tenant = request.principal.tenant_id
+        document_id = request.document_id or uuid.uuid4()
+        version = 1
+        async with self.db.transaction() as tx:
+            # One statement: the source copy (made inside the server, never re-sent), the document,
+            # its chunk set, the event and the outcome counter.
+            row = await tx.fetchrow(
+                _DOCUMENT_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, version,
+                request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
+                request.doc_date, request.authority.value, prepared.chunker_version, request.sensitivity.value,
+                len(prepared.chunks), INGESTED_EVENT,
+                json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
+                            "source_sha256": source.sha256, "media_type": source.media_type,
+                            "instruction_like_chunks": prepared.instruction_like_count}),
+            )
+            if row is None or row["artifact_id"] is None:
+                raise IngestRefused("source_not_found", "the source vanished during ingest")
+            if row["ingested_at"] is None:
+                raise IngestRefused("document_exists", f"document {document_id} already exists")
+            stored_source = ref_from_row(row)
+            await self._fault("after_document", tx)
+            # One statement: the chunk rows and their index rows.
+            await tx.execute(_CHUNKS_SQL, *_chunk_columns(tenant, document_id, version, prepared))
+            await self._fault("before_commit", tx)
+        return KnowledgeDocument(
+            document_id=document_id, tenant_id=tenant, ingested_by_principal_id=request.principal.principal_id,
+            visibility=request.visibility, project_scope=request.project_scope, title=request.title,
+            source_ref=stored_source, media_type=source.media_type, doc_date=request.doc_date,
+            authority=request.authority, version=version, chunker_version=prepared.chunker_version,
+            superseded_by=None, ingested_at=row["ingested_at"], sensitivity=request.sensitivity,
+        )
+
+    async def _count(self, tenant: str, outcome: str, reason: str) -> None:
+        """Count a refusal or failure in its own short transaction; never masks the original error."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                async with self.db.connection() as conn:
+                    await _bump(conn, tenant, outcome, reason)
+        except Exception:
+            _log.warning("could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
+
+
+_OUTCOME_UPSERT = """
+INSERT INTO knowledge_ingest_outcomes (tenant_id, day, outcome, reason, count)
+VALUES ($1, current_date, $2, $3, 1)
+ON CONFLICT (tenant_id, day, outcome, reason) DO UPDATE SET count = knowledge_ingest_outcomes.count + 1"""
+
+
+async def _bump(conn: Connection, tenant: str, outcome: str, reason: str) -> None:
+    await conn.execute(_OUTCOME_UPSERT, tenant, outcome, reason)
+
+
+# $1 tenant, $2 input artifact, $3 new source artifact id, $4 sha256, $5 document, $6 version,
+# $7 principal, $8 visibility, $9 project, $10 title, $11 doc_date, $12 authority,
+# $13 chunker_version, $14 sensitivity, $15 chunk count, $16 event type, $17 event payload.
+_DOCUMENT_SQL = """
+WITH src AS (
+    INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name,
+                           content, expires_at)
+    SELECT tenant_id, $3, 'KNOWLEDGE_SOURCE', trust, sha256, size_bytes, media_type, file_name, content, NULL
+    FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND sha256 = $4
+    RETURNING tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name, created_at,
+              expires_at
+), doc AS (
+    INSERT INTO knowledge_documents (tenant_id, document_id, version, ingested_by_principal_id, visibility,
+        project_scope, title, source_artifact_id, media_type, doc_date, authority, chunker_version,
+        ingested_at, valid_from, sensitivity)
+    SELECT $1, $5, $6, $7, $8, $9, $10, src.artifact_id, src.media_type, $11, $12, $13,
+           clock_timestamp(), clock_timestamp(), $14
+    FROM src
+    ON CONFLICT DO NOTHING
+    RETURNING tenant_id, document_id, version, chunker_version, ingested_at
+), chunk_set AS (
+    INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
+    SELECT tenant_id, document_id, version, chunker_version, $15 FROM doc
+), event AS (
+    INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
+    SELECT tenant_id, $16, document_id, version, $7,
+           $17::jsonb || jsonb_build_object('source_artifact_id', (SELECT artifact_id FROM src))
+    FROM doc
+), outcome AS (
+""" + _OUTCOME_UPSERT.replace("VALUES ($1, current_date, $2, $3, 1)",
+                              "SELECT tenant_id, current_date, 'accepted', '', 1 FROM doc") + """
+)
+SELECT src.*, doc.ingested_at FROM src LEFT JOIN doc ON true
+"""
+
+# Chunk rows from parallel arrays (heading paths as JSON arrays), and their index rows: the
+# heading path weighted above the body, in one tsvector per chunk.
+_CHUNKS_SQL = f"""
+WITH rows AS (
+    SELECT * FROM unnest($5::text[], $6::int[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::text[])
+        AS r(chunk_id, ordinal, heading_json, text, tokens, flagged, sha)
+), chunks AS (
+    INSERT INTO knowledge_chunks (tenant_id, chunk_id, document_id, version, chunker_version, ordinal,
+        heading_path, text, tokens, contains_instruction_like_text, content_sha256)
+    SELECT $1, chunk_id, $2, $3, $4, ordinal,
+           ARRAY(SELECT h FROM jsonb_array_elements_text(heading_json::jsonb) WITH ORDINALITY AS e(h, n) ORDER BY n),
+           text, tokens, flagged, sha
+    FROM rows
+    RETURNING tenant_id, chunk_id, document_id, version, heading_path, text
+)
+INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, tsv)
+SELECT tenant_id, chunk_id, document_id, version,
+       setweight(to_tsvector('{TS_CONFIG}', array_to_string(heading_path, ' ')), 'A')
+       || setweight(to_tsvector('{TS_CONFIG}', text), 'B')
+FROM chunks
+"""
+
+
+def _chunk_columns(tenant: str, document_id: uuid.UUID, version: int, prepared: PreparedDocument) -> list[Any]:
+    chunks = prepared.chunks
+    return [
+        tenant, document_id, version, prepared.chunker_version,
+        [chunk_id(tenant, document_id, version, prepared.chunker_version, c.draft.ordinal, c.content_sha256)
+         for c in chunks],
+        [c.draft.ordinal for c in chunks],
+        [json.dumps(list(c.draft.heading_path)) for c in chunks],
+        [c.draft.text for c in chunks],
+        [c.draft.tokens for c in chunks],
+        [c.instruction_like for c in chunks],
+        [c.content_sha256 for c in chunks],
+    ]

@@ -1,0 +1,169 @@
+"""Ingest throughput: the real seven steps beside a bare-COPY floor measured in the same run.
+
+    .venv/bin/python scripts/bench_ingest.py [--loop trio|asyncio] [--concurrency 4] [--dsn DSN]
+
+Ingests every Markdown file of ../shared/corpus/docs-argocd and docs-etcd through
+`KnowledgeService.ingest` (sources put first, not timed), one at a time and then N at a time,
+and compares with the floor: the same chunk rows (computed beforehand) COPYed one transaction
+per document into a table with the same weighted tsvector and a GIN index, and in one bulk COPY.
+Prints a table; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+
+from knowledge.config import Settings
+from knowledge.ingest import TS_CONFIG, prepare
+from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel
+from knowledge.service import KnowledgeService
+from supervisors.embedded_pg import stop_embedded
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+FLOOR_TABLE = f"""
+CREATE TABLE IF NOT EXISTS bench_floor (
+    tenant_id text NOT NULL, chunk_id text NOT NULL, document_id uuid NOT NULL, version int NOT NULL,
+    chunker_version text NOT NULL, ordinal int NOT NULL, heading_path text[] NOT NULL, heading text NOT NULL,
+    text text NOT NULL, tokens int NOT NULL, contains_instruction_like_text bool NOT NULL,
+    content_sha256 text NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (setweight(to_tsvector('{TS_CONFIG}', heading), 'A')
+                                      || setweight(to_tsvector('{TS_CONFIG}', text), 'B')) STORED,
+    PRIMARY KEY (tenant_id, chunk_id));
+CREATE INDEX IF NOT EXISTS bench_floor_tsv ON bench_floor USING gin (tsv);
+"""
+
+
+def files() -> list[Path]:
+    found = sorted(CORPUS.glob("docs-*/**/*.md"))
+    if not found:
+        raise SystemExit(f"no corpus at {CORPUS}")
+    return found
+
+
+async def put_all(svc: KnowledgeService, tenant: str, paths: list[Path]) -> list[tuple[ArtifactRef, str]]:
+    out = []
+    for path in paths:
+        ref = await svc.artifacts.put(tenant, path.read_bytes(), media_type="text/markdown",
+                                      origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name)
+        out.append((ref, path.stem))
+    return out
+
+
+async def ingest_all(svc: KnowledgeService, tenant: str, items: list[tuple[ArtifactRef, str]],
+                     concurrency: int) -> tuple[float, int]:
+    principal = Principal(tenant_id=tenant, principal_id="bench", scopes=frozenset({"knowledge.write"}))
+    refused = 0
+    queue = list(items)
+
+    async def worker() -> None:
+        nonlocal refused
+        while queue:
+            ref, title = queue.pop()
+            try:
+                await svc.ingest(ref, title, "tenant", principal, origin_trust=TrustLevel.USER)
+            except Exception:
+                refused += 1
+
+    began = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    return time.perf_counter() - began, refused
+
+
+def floor_rows(paths: list[Path], tenant: str) -> list[list[tuple[object, ...]]]:
+    per_doc = []
+    for path in paths:
+        try:
+            prepared = prepare(path.read_text(encoding="utf-8"), path.stem, "markdown")
+        except Exception:
+            continue
+        doc = uuid.uuid4()
+        per_doc.append([(tenant, f"kc_{uuid.uuid4().hex[:20]}", doc, 1, prepared.chunker_version, c.draft.ordinal,
+                         list(c.draft.heading_path), " ".join(c.draft.heading_path), c.draft.text, c.draft.tokens,
+                         c.instruction_like, c.content_sha256) for c in prepared.chunks])
+    return per_doc
+
+
+async def copy_floor(svc: KnowledgeService, per_doc: list[list[tuple[object, ...]]], bulk: bool) -> float:
+    columns = ("tenant_id", "chunk_id", "document_id", "version", "chunker_version", "ordinal", "heading_path",
+               "heading", "text", "tokens", "contains_instruction_like_text", "content_sha256")
+    began = time.perf_counter()
+    if bulk:
+        async with svc.db.transaction() as tx:
+            await tx.copy_records("bench_floor", [r for rows in per_doc for r in rows], columns=columns)
+    else:
+        for rows in per_doc:
+            async with svc.db.transaction() as tx:
+                await tx.copy_records("bench_floor", rows, columns=columns)
+    return time.perf_counter() - began
+
+
+async def run(args: argparse.Namespace) -> None:
+    paths = files()
+    total_mb = sum(p.stat().st_size for p in paths) / 1e6
+    data_dir = None if args.dsn else Path(tempfile.mkdtemp(prefix="knowledge-bench-"))
+    settings = Settings(dsn=args.dsn, data_dir=data_dir or Path("."), sweep_interval_seconds=None,
+                        pool_max_size=max(4, args.concurrency + 2))
+    try:
+        async with KnowledgeService.open(settings) as svc:
+            rows: list[tuple[str, float, float, str]] = []
+
+            began = time.perf_counter()
+            for path in paths:
+                with contextlib.suppress(Exception):  # the refused file counts its scan time too
+                    prepare(path.read_text(encoding="utf-8"), path.stem, "markdown")
+            pure = time.perf_counter() - began
+
+            await svc.db.execute(FLOOR_TABLE)
+            per_doc = floor_rows(paths, "floor-a")
+            t_floor = await copy_floor(svc, per_doc, bulk=False)
+            per_doc_b = floor_rows(paths, "floor-b")
+            t_bulk = await copy_floor(svc, per_doc_b, bulk=True)
+
+            items = await put_all(svc, "bench-seq", paths)
+            t_seq, refused = await ingest_all(svc, "bench-seq", items, 1)
+            items_c = await put_all(svc, "bench-conc", paths)
+            t_conc, _ = await ingest_all(svc, "bench-conc", items_c, args.concurrency)
+            chunks = await svc.db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = 'bench-seq'")
+            tokens = await svc.db.fetchval("SELECT sum(tokens) FROM knowledge_chunks WHERE tenant_id = 'bench-seq'")
+
+            rows.append(("floor: COPY, one transaction per document", t_floor, total_mb / t_floor, "1.00x"))
+            rows.append(("floor: one bulk COPY", t_bulk, total_mb / t_bulk, f"{t_floor / t_bulk:.2f}x"))
+            rows.append(("knowledge.ingest, 1 at a time", t_seq, total_mb / t_seq, f"{t_floor / t_seq:.2f}x"))
+            rows.append((f"knowledge.ingest, {args.concurrency} at a time", t_conc, total_mb / t_conc,
+                         f"{t_floor / t_conc:.2f}x"))
+            rows.append(("  of which normalize+scan+chunk (in process)", pure, total_mb / pure, "-"))
+    finally:
+        if data_dir is not None:
+            stop_embedded(data_dir)
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    print(f"corpus: {len(paths)} Markdown files, {total_mb:.2f} MB, {chunks} chunks, {tokens} tokens "
+          f"({refused} refused); loop={args.loop}")
+    print(f"{'path':<48} {'seconds':>8} {'MB/s':>7} {'docs/s':>7} {'tokens/s':>9} {'vs floor':>9}")
+    for name, seconds, mbps, ratio in rows:
+        print(f"{name:<48} {seconds:>8.2f} {mbps:>7.2f} {len(paths) / seconds:>7.0f} "
+              f"{tokens / seconds:>9.0f} {ratio:>9}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--dsn", default=None)
+    args = parser.parse_args()
+    anyio.run(run, args, backend=args.loop)
+
+
+if __name__ == "__main__":
+    main()
