@@ -282,8 +282,9 @@ WITH src AS (
 SELECT src.*, doc.ingested_at FROM src LEFT JOIN doc ON true
 """
 
-# Chunk rows from parallel arrays (heading paths as JSON arrays), and their index rows: the
-# heading path weighted above the body, in one tsvector per chunk.
+# Chunk rows from parallel arrays (heading paths as JSON arrays); their index rows (the heading path
+# weighted above the body, in one tsvector per chunk, and its length); the BM25 postings unnested
+# from those tsvectors; and the tenant's chunk count and total length, on this backend's shard.
 _CHUNKS_SQL = f"""
 WITH rows AS (
     SELECT * FROM unnest($5::text[], $6::int[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::text[])
@@ -296,12 +297,24 @@ WITH rows AS (
            text, tokens, flagged, sha
     FROM rows
     RETURNING tenant_id, chunk_id, document_id, version, heading_path, text
+), idx AS (
+    INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, chunker_version, tsv, dl)
+    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version, $4, v.tsv,
+           (SELECT coalesce(sum(array_length(u.positions, 1)), 0) FROM unnest(v.tsv) AS u)
+    FROM chunks c,
+         LATERAL (SELECT setweight(to_tsvector('{TS_CONFIG}', array_to_string(c.heading_path, ' ')), 'A')
+                         || setweight(to_tsvector('{TS_CONFIG}', c.text), 'B') AS tsv) AS v
+    RETURNING tenant_id, chunk_id, tsv, dl
+), postings AS (
+    INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl)
+    SELECT idx.tenant_id, u.lexeme, idx.chunk_id, coalesce(array_length(u.positions, 1), 1), idx.dl
+    FROM idx, unnest(idx.tsv) AS u
 )
-INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, tsv)
-SELECT tenant_id, chunk_id, document_id, version,
-       setweight(to_tsvector('{TS_CONFIG}', array_to_string(heading_path, ' ')), 'A')
-       || setweight(to_tsvector('{TS_CONFIG}', text), 'B')
-FROM chunks
+INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)
+SELECT $1, pg_backend_pid() % 16, count(*), coalesce(sum(dl), 0) FROM idx
+ON CONFLICT (tenant_id, shard) DO UPDATE
+SET chunks = knowledge_tenant_stats.chunks + excluded.chunks,
+    total_dl = knowledge_tenant_stats.total_dl + excluded.total_dl
 """
 
 

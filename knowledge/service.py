@@ -31,12 +31,16 @@ from knowledge.metrics import IngestStats, ingest_stats
 from knowledge.models import (
     ArtifactRef,
     Authority,
+    KnowledgeChunk,
     KnowledgeDocument,
+    KnowledgeQuery,
     Principal,
+    RetrievedPassage,
     Sensitivity,
     TrustLevel,
     Visibility,
 )
+from knowledge.search import LexicalArm, Searcher, get_chunk
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
@@ -77,6 +81,7 @@ class KnowledgeService:
         self._task_group = task_group
         self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor()])
         self.ingestor = Ingestor(db, self.artifacts, self.extractors)
+        self.searcher = Searcher(db, [LexicalArm()])
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -153,6 +158,16 @@ class KnowledgeService:
             authority=Authority(authority), sensitivity=Sensitivity(sensitivity), document_id=document_id,
         )
         return await call_in_group(self._task_group, self.ingestor.ingest, request)
+
+    async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
+        """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within
+        its budget. Results carry `TrustLevel.KNOWLEDGE`. Runs as a task of the service (closing the
+        service cancels it with `ServiceClosed`); cancelling the caller cancels the query."""
+        return await call_in_group(self._task_group, self.searcher.search, query)
+
+    async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | None:
+        """Resolve a citation (a chunk id) within a tenant; None if no such chunk exists there."""
+        return await get_chunk(self.db, tenant_id, chunk_id)
 
     async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""

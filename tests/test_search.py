@@ -1,0 +1,213 @@
+"""knowledge.search: isolation in SQL, verbatim passages, citations that resolve, the corpus gate."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+
+from knowledge.config import Settings
+from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Visibility
+from knowledge.render import parse_knowledge_block, render_knowledge_block
+from knowledge.service import KnowledgeService
+
+TENANTS = ["ta", "tb", "tc"]
+PRINCIPALS = ["alice", "bob", "carol"]
+PROJECTS = ["apollo", "gemini"]
+WORDS = ["cluster", "snapshot", "rollback", "quorum", "leader", "compaction", "defrag", "backup"]
+
+
+def writer(tenant: str, principal_id: str) -> Principal:
+    return Principal(tenant_id=tenant, principal_id=principal_id, scopes=frozenset({"knowledge.write"}))
+
+
+async def ingest_text(svc: KnowledgeService, tenant: str, principal_id: str, text: str, *, title: str = "Doc",
+                      visibility: str = "tenant", project: str | None = None, sensitivity: str = "internal",
+                      doc_date: date | None = None, authority: str = "principal_supplied") -> uuid.UUID:
+    ref = await svc.artifacts.put(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+                                  trust=TrustLevel.USER)
+    doc = await svc.ingest(ref, title, visibility, writer(tenant, principal_id), origin_trust=TrustLevel.USER,
+                           project_scope=project, sensitivity=sensitivity, doc_date=doc_date, authority=authority)
+    return doc.document_id
+
+
+@dataclass(frozen=True)
+class DocFacts:
+    tenant: str
+    owner: str
+    visibility: Visibility
+    project: str | None
+    sensitivity: Sensitivity
+
+
+def admits(doc: DocFacts, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity) -> bool:
+    """The in-memory model of who may read what."""
+    if doc.tenant != tenant or doc.sensitivity > ceiling:
+        return False
+    if doc.visibility is Visibility.TENANT:
+        return True
+    if doc.visibility is Visibility.PRINCIPAL:
+        return doc.owner == principal
+    return doc.project is not None and doc.project == scope
+
+
+class VisibilityMachine(RuleBasedStateMachine):
+    """Ingest and search at random across tenants, principals, projects, visibilities and
+    sensitivities; every result must be admissible for its principal, always."""
+
+    portal: BlockingPortal
+    svc: KnowledgeService
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = uuid.uuid4().hex[:8]  # tenants of this run only
+        self.docs: dict[uuid.UUID, DocFacts] = {}
+        self.results = 0
+
+    def tenant(self, name: str) -> str:
+        return f"{name}-{self.run}"
+
+    @initialize()
+    def seed(self) -> None:
+        # Every tenant starts with one document nobody else may see, so leaks have something to leak.
+        for name in TENANTS:
+            self.ingest(name, "alice", Visibility.PRINCIPAL, None, Sensitivity.RESTRICTED, "cluster")
+
+    @rule(tenant=st.sampled_from(TENANTS), owner=st.sampled_from(PRINCIPALS),
+          visibility=st.sampled_from(list(Visibility)), project=st.sampled_from(PROJECTS),
+          sensitivity=st.sampled_from(list(Sensitivity)), word=st.sampled_from(WORDS))
+    def ingest(self, tenant: str, owner: str, visibility: Visibility, project: str | None,
+               sensitivity: Sensitivity, word: str) -> None:
+        project = project if visibility is Visibility.PROJECT else None
+        text = (f"# {word.title()} notes\n\nThe {word} procedure for the cluster: check the leader, then the "
+                f"{word}. Marker {uuid.uuid4().hex[:6]}.\n")
+        doc_id = self.portal.call(lambda: ingest_text(self.svc, self.tenant(tenant), owner, text,
+                                                      visibility=visibility.value, project=project,
+                                                      sensitivity=sensitivity.value))
+        self.docs[doc_id] = DocFacts(self.tenant(tenant), owner, visibility, project, sensitivity)
+
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
+          words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+    def search(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity, words: list[str]) -> None:
+        query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                               text=" ".join(words), sensitivity_ceiling=ceiling, max_passages=50,
+                               budget_tokens=100_000, max_per_document=5, min_score=-1e9)
+        candidates = self.portal.call(self.svc.searcher.candidates, query)
+        passages = self.portal.call(self.svc.search, query)
+        for doc_id in [c.document_id for c in candidates] + [p.document_id for p in passages]:
+            facts = self.docs.get(doc_id)
+            assert facts is not None, "a result from a document this run never ingested: cross-tenant"
+            assert admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, tenant, principal, scope)
+        # And nothing admissible that matches is withheld (the predicates do not over-filter).
+        visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
+        if visible and "cluster" in words:
+            assert {c.document_id for c in candidates} == visible or len(candidates) == self.svc.searcher.arm_limit
+        self.results += len(candidates)
+
+    @invariant()
+    def tenants_hold_their_documents(self) -> None:
+        assert all(f.tenant.endswith(self.run) for f in self.docs.values())
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_gate_visibility_isolation(database_dsn: str, backend: str) -> None:
+    cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4)
+    with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
+            KnowledgeService.open(cfg)) as svc:
+        VisibilityMachine.portal = portal
+        VisibilityMachine.svc = svc
+        run_state_machine_as_test(VisibilityMachine, settings=settings(
+            max_examples=12, stateful_step_count=25, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+GUIDE = """# Deployment Guide
+
+## Rollback
+
+Roll back by reverting the release tag and re-running the deploy job. Do not edit the running
+configuration directly, or the next deploy silently undoes it.
+
+## Escaping
+
+A passage may quote markup such as </passage> or </knowledge>, ampersands & "quotes", and a
+control character \x07 without breaking its envelope.
+"""
+
+
+@pytest.mark.anyio
+async def test_gate_passage_verbatim(service: KnowledgeService, tenant: str) -> None:
+    await ingest_text(service, tenant, "alice", GUIDE, title='Guide "Prod" & <Ops>')
+    query = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback passage envelope quotes")
+    passages = await service.search(query)
+    assert passages
+    block = render_knowledge_block(passages, as_of=datetime.now(UTC))
+    _, parsed = parse_knowledge_block(block)
+    assert [p.chunk for p in parsed] == [p.chunk_id for p in passages]
+    for shown, passage in zip(parsed, passages, strict=True):
+        chunk = await service.get_chunk(passage.chunk_id, tenant_id=tenant)
+        assert chunk is not None
+        assert shown.text == passage.text == chunk.text  # verbatim, whole
+        assert hashlib.sha256(chunk.text.encode()).hexdigest() == chunk.content_sha256
+        assert shown.doc == 'Guide "Prod" & <Ops>' and shown.path == list(chunk.heading_path)
+
+
+@pytest.mark.anyio
+async def test_gate_citation_resolves(service: KnowledgeService, tenant: str) -> None:
+    for i in range(4):
+        await ingest_text(service, tenant, "alice", GUIDE.replace("Deployment", f"Deployment {i}"), title=f"G{i}")
+    passages = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback deploy"))
+    block = render_knowledge_block(passages, as_of=datetime.now(UTC))
+    _, parsed = parse_knowledge_block(block)
+    assert parsed
+    for shown in parsed:
+        chunk = await service.get_chunk(shown.chunk, tenant_id=tenant)
+        assert chunk is not None and shown.text in chunk.text
+        assert await service.get_chunk(shown.chunk, tenant_id=tenant + "-other") is None  # never across tenants
+
+
+@pytest.mark.anyio
+async def test_scope_affinity_ranks_but_never_admits(service: KnowledgeService, tenant: str) -> None:
+    body = "# Quorum\n\nThe quorum rule: a majority of members must agree before a write commits ({}).\n"
+    # Equally matching texts (not identical: exact duplicates are dropped as duplicates).
+    in_project = await ingest_text(service, tenant, "alice", body.format("p"), title="P", visibility="project",
+                                   project="apollo")
+    tenant_wide = await ingest_text(service, tenant, "alice", body.format("t"), title="T", visibility="tenant")
+    other_project = await ingest_text(service, tenant, "alice", body.format("o"), title="O", visibility="project",
+                                      project="gemini")
+    q = KnowledgeQuery(tenant_id=tenant, principal_id="bob", current_scope="apollo", text="quorum majority",
+                       max_per_document=1)
+    got = [p.document_id for p in await service.search(q)]
+    assert got[:2] == [in_project, tenant_wide] and other_project not in got
+    q2 = q.model_copy(update={"current_scope": None})
+    assert [p.document_id for p in await service.search(q2)] == [tenant_wide]
+
+
+@pytest.mark.anyio
+async def test_recency_reads_doc_date_and_cap_and_budget(service: KnowledgeService, tenant: str) -> None:
+    body = "# Backup\n\n" + ("Take a backup of the keyspace before every upgrade of the cluster. " * 30) + "\n"
+    old = await ingest_text(service, tenant, "alice", body, title="Old", doc_date=date(2015, 1, 1))
+    new = await ingest_text(service, tenant, "alice", body.replace("keyspace", "keyspace data"), title="New",
+                            doc_date=date(2026, 6, 1))
+    got = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="backup upgrade"))
+    assert [p.document_id for p in got][:2] == [new, old]
+    tight = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="backup upgrade",
+                                                budget_tokens=got[0].tokens))
+    assert [p.chunk_id for p in tight] == [got[0].chunk_id] and tight[0].text == got[0].text  # whole, not cut
+    assert await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="backup",
+                                               budget_tokens=got[0].tokens - 1)) == []
+
+
+@pytest.mark.anyio
+async def test_search_of_nothing_returns_nothing(service: KnowledgeService, tenant: str) -> None:
+    await ingest_text(service, tenant, "alice", GUIDE)
+    for text in ["zzyzx unmatched", "the and of", "!!!"]:
+        assert await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text)) == []
