@@ -1,0 +1,335 @@
+"""Ranking (ADR-0033, "Ranking"): fusion, the four-term ranker, and selection. Pure.
+
+``score = w_match·match + w_authority·authority + w_scope·scope_affinity + w_recency·recency − w_penalty·penalty``
+
+Every term is in 0..1. ``match`` is reciprocal-rank fusion (k = 60) normalised so that rank 1 in
+every arm is 1.0; with one arm, rank 1 → 1.000, rank 2 → 0.984, rank 8 → 0.897, rank 50 → 0.555.
+
+Why these weights (`KNOWLEDGE_V1`, hand-set, to be eval-tuned under a new policy name):
+
+- ``w_match = 1``: relevance decides. The three document terms together are worth at most 0.10,
+  about what the top seven places of one arm span (rank 1 vs rank 8 is 0.103), and a fifth of what
+  a candidate loses by being absent from one of two arms. So scope, authority and recency reorder
+  near-ties; a fetched, ten-year-old, out-of-scope passage eight or more places ahead in an arm
+  still outranks an authored, current, in-project one.
+- ``w_scope = 0.04`` is the largest of the three: "a document ingested into this project ranks
+  above an equally matching tenant-wide one" is the one preference the spec states outright.
+- ``w_authority = 0.03`` and ``w_recency = 0.03``: a full ladder step (authored vs fetched), or a
+  fresh document vs one many half-lives old, outweighs one place at the top of an arm; a half step
+  (one ladder rung, one half-life) only breaks closer ties.
+- ``w_penalty = 0.25``: boilerplate or a near-empty chunk is demoted by about what twenty places
+  at the top of an arm are worth. It ranks, it does not hide: the relevance floor hides.
+
+Duplicates (the same ``content_sha256`` as a higher-ranked candidate) are not penalised but
+dropped by `rank`: the same text twice under two ids is what the spec forbids. Scope affinity
+never admits: admission is the SQL predicates' job, and `rank` returns exactly one passage per
+distinct content whatever the scope.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from uuid import UUID
+
+from knowledge.models import Authority, RetrievedPassage
+
+
+@dataclass(frozen=True)
+class RankingPolicy:
+    """A versioned, hand-set ranking policy; a change of any value is a new ``name``."""
+
+    name: str = "knowledge-v1"
+    rrf_k: int = 60
+    w_match: float = 1.0
+    w_authority: float = 0.03
+    w_scope: float = 0.04
+    w_recency: float = 0.03
+    w_penalty: float = 0.25
+    #: recency(d) = 0.5 ** (age_days / half_life): a document two years old counts half.
+    recency_half_life_days: float = 730.0
+    #: An undated document ranks as if one half-life old: neither the newest nor stale, so a missing
+    #: date neither wins nor loses a near-tie against a dated document of middling age.
+    recency_undated: float = 0.5
+    #: Below this many tokens a chunk is penalised linearly: 0 tokens → 1.0, this many → 0.0.
+    tiny_chunk_tokens: int = 16
+    #: Share (by characters) of a chunk's body lines that are links, table-of-contents or navigation:
+    #: at or below ``boilerplate_share_floor`` no penalty, rising linearly to 1.0 at ``..._full``.
+    boilerplate_share_floor: float = 0.5
+    boilerplate_share_full: float = 0.9
+    #: License text is boilerplate when at least this many distinct license phrases occur.
+    license_markers: int = 2
+    #: Relevance floor on the best arm's evidence (lexical: BM25 / its maximum for the query). 0.05
+    #: drops a chunk whose only match is a near-stopword or one weak term among many.
+    min_strength: float = 0.05
+
+    def __post_init__(self) -> None:
+        weights = (self.w_match, self.w_authority, self.w_scope, self.w_recency, self.w_penalty)
+        if any(w < 0 for w in weights):
+            raise ValueError("ranking weights must be non-negative")
+        if self.rrf_k < 0 or self.recency_half_life_days <= 0 or self.tiny_chunk_tokens < 0:
+            raise ValueError("rrf_k >= 0, recency_half_life_days > 0 and tiny_chunk_tokens >= 0 are required")
+        if not 0.0 <= self.recency_undated <= 1.0:
+            raise ValueError("recency_undated must be in 0..1")
+        if not 0.0 <= self.boilerplate_share_floor < self.boilerplate_share_full <= 1.0:
+            raise ValueError("boilerplate shares must satisfy 0 <= floor < full <= 1")
+
+
+KNOWLEDGE_V1 = RankingPolicy()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One chunk an arm returned, already admitted by the SQL isolation predicates."""
+
+    chunk_id: str
+    document_id: UUID
+    version: int
+    title: str
+    heading_path: tuple[str, ...]
+    text: str
+    tokens: int
+    doc_date: date | None
+    authority: Authority
+    project_scope: str | None
+    instruction_like: bool
+    content_sha256: str
+    arm_ranks: Mapping[str, int]  # arm name -> 1-based rank in that arm
+    strength: float  # 0..1, the best arm's evidence; read by the relevance floor, not by score()
+
+
+def rrf(arm_ranks: Mapping[str, int], n_arms: int, k: int = 60) -> float:
+    """Reciprocal-rank fusion normalised to 0..1: ``Σ 1/(k+rank) / (n_arms/(k+1))``.
+
+    Rank 1 in every arm is 1.0; an arm that did not return the candidate contributes 0, so with two
+    arms rank 1 in one of them is 0.5.
+    """
+    if n_arms < 1:
+        raise ValueError("n_arms must be at least 1")
+    if len(arm_ranks) > n_arms:
+        raise ValueError(f"{len(arm_ranks)} arm ranks for {n_arms} arms")
+    if any(r < 1 for r in arm_ranks.values()):
+        raise ValueError("arm ranks are 1-based")
+    # Sum in a fixed order so the float result does not depend on the mapping's insertion order.
+    total = sum(1.0 / (k + arm_ranks[arm]) for arm in sorted(arm_ranks))
+    return total / (n_arms / (k + 1))
+
+
+def authority_term(authority: Authority) -> float:
+    """The ladder, by how the document was obtained: authored 1.0, supplied 0.5, fetched 0.0."""
+    top = max(a.rank for a in Authority)
+    return authority.rank / top
+
+
+def scope_term(project_scope: str | None, current_scope: str | None) -> float:
+    """1.0 when the document belongs to the current project, else 0. It ranks; it never admits."""
+    return 1.0 if current_scope is not None and project_scope == current_scope else 0.0
+
+
+def recency_term(doc_date: date | None, today: date, policy: RankingPolicy = KNOWLEDGE_V1) -> float:
+    """Half-life decay from the document's own date (never its ingestion date).
+
+    A date after ``today`` counts as today (1.0): a document dated ahead is not fresher than fresh.
+    """
+    if doc_date is None:
+        return policy.recency_undated
+    age_days = max((today - doc_date).days, 0)
+    return float(0.5 ** (age_days / policy.recency_half_life_days))
+
+
+# --- penalty: tiny chunks and boilerplate -------------------------------------------------------
+
+_HEADING_LINE = re.compile(r"^(?:#{1,6}(?:\s|$)|[=-]{3,}$)")
+_FENCE = re.compile(r"^(?:`{3,}|~{3,})")
+# A GFM table's delimiter row: with one, "a | b | c" is a table row, not a navigation bar.
+_TABLE_RULE = re.compile(r"^\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)+\|?$")
+_MD_LINK = re.compile(r"!?\[[^\]\n]*\]\([^)\n]*\)|!?\[[^\]\n]*\]\[[^\]\n]*\]|<[a-z][a-z0-9+.-]*:[^>\s]*>")
+_BARE_URL = re.compile(r"\b(?:https?|ftp)://\S+|\bwww\.\S+", re.IGNORECASE)
+_LINK_REFDEF = re.compile(r"^\[[^\]]+\]:\s*\S+")
+_LEFTOVER_WORD = re.compile(r"[^\W\d_]{2,}")
+# "Introduction ........ 3", "2.1 Rollback …… 14": dot leaders then a page number.
+_TOC_LEADER = re.compile(r"(?:\.{4,}|…{2,}|(?:\. ){3,})\s*\d+\s*$")
+_NAV_PHRASES = frozenset({
+    "skip to content", "skip to main content", "skip to navigation", "back to top", "edit this page",
+    "edit on github", "view source", "view on github", "table of contents", "contents", "on this page",
+    "in this article", "next", "previous", "prev", "next page", "previous page", "home", "menu",
+    "toggle navigation", "was this page helpful?",
+})
+# Separators of a navigation bar or breadcrumb, always with spaces around (so "read|write" is prose).
+_NAV_SEPARATORS = re.compile(r"\s+[|·•›»/>]\s+")
+_NAV_SEPARATORS_NO_PIPE = re.compile(r"\s+[·•›»/>]\s+")
+_NAV_DECOR = re.compile(r"^[\s«»‹›←→<>|·•*+-]+|[\s«»‹›←→<>|·•*+-]+$")
+_LICENSE = (
+    re.compile(r"permission is hereby granted", re.IGNORECASE),
+    re.compile(r"without warranty of any kind", re.IGNORECASE),
+    re.compile(r"provided [\"“]?as is[\"”]?", re.IGNORECASE),
+    re.compile(r"licensed under the apache license", re.IGNORECASE),
+    re.compile(r"gnu (?:lesser |affero )?general public license", re.IGNORECASE),
+    re.compile(r"redistribution and use in source and binary forms", re.IGNORECASE),
+    re.compile(r"all rights reserved", re.IGNORECASE),
+    re.compile(r"without warranties or conditions of any kind", re.IGNORECASE),
+    re.compile(r"this (?:program|library) is free software", re.IGNORECASE),
+    re.compile(r"spdx-license-identifier", re.IGNORECASE),
+    re.compile(r"creative commons attribution", re.IGNORECASE),
+    re.compile(r"in no event shall the (?:authors|copyright holders?)", re.IGNORECASE),
+)
+
+
+def _is_boilerplate_line(line: str, separators: re.Pattern[str]) -> bool:
+    if _TOC_LEADER.search(line):
+        return True
+    if _MD_LINK.search(line) or _BARE_URL.search(line):
+        # Links and no words besides them: a link list, a TOC entry, a breadcrumb of links.
+        rest = _BARE_URL.sub(" ", _MD_LINK.sub(" ", line))
+        if not _LEFTOVER_WORD.search(rest):
+            return True
+    if _NAV_DECOR.sub("", line).lower() in _NAV_PHRASES:
+        return True
+    # "Home | Docs | Blog | About", "Docs › Guides › Deploy": three or more short items.
+    items = [i for i in separators.split(line) if i.strip()]
+    return len(items) >= 3 and all(len(i.split()) <= 3 for i in items)
+
+
+def boilerplate_share(text: str) -> float:
+    """The share, by characters, of a chunk's visible body that is links, TOC entries or navigation.
+
+    Headings and blank lines are not body. Lines inside code fences are content: a shell pipeline
+    is not a navigation bar. Markdown reference definitions (``[x]: url``) are invisible when
+    rendered, so they count for neither side — unless they are all there is (then 1.0). Weighting
+    by characters keeps one long prose paragraph from being outvoted by a few short link lines.
+    """
+    lines = [ln.strip() for ln in text.split("\n")]
+    separators = _NAV_SEPARATORS_NO_PIPE if any(_TABLE_RULE.match(ln) for ln in lines) else _NAV_SEPARATORS
+    body = boiler = refdefs = 0
+    in_fence = False
+    for line in lines:
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if not line or (not in_fence and _HEADING_LINE.match(line)):
+            continue
+        if not in_fence and _LINK_REFDEF.match(line):
+            refdefs += 1
+            continue
+        body += len(line)
+        if not in_fence and not line.startswith("|") and _is_boilerplate_line(line, separators):
+            boiler += len(line)
+    if not body:
+        return 1.0 if refdefs else 0.0
+    return boiler / body
+
+
+def is_license_text(text: str, policy: RankingPolicy = KNOWLEDGE_V1) -> bool:
+    """At least ``policy.license_markers`` distinct license phrases: the chunk is a license."""
+    return sum(1 for marker in _LICENSE if marker.search(text)) >= policy.license_markers
+
+
+def penalty_term(c: Candidate, policy: RankingPolicy = KNOWLEDGE_V1) -> float:
+    """0..1: the worse of the tiny-chunk and boilerplate penalties (duplicates are `rank`'s)."""
+    tiny = 0.0
+    if policy.tiny_chunk_tokens and c.tokens < policy.tiny_chunk_tokens:
+        tiny = 1.0 - c.tokens / policy.tiny_chunk_tokens
+    if is_license_text(c.text, policy):
+        boiler = 1.0
+    else:
+        share = boilerplate_share(c.text)
+        lo, hi = policy.boilerplate_share_floor, policy.boilerplate_share_full
+        boiler = min(max((share - lo) / (hi - lo), 0.0), 1.0)
+    return max(tiny, boiler)
+
+
+# --- score, rank, select ------------------------------------------------------------------------
+
+
+def score(
+    c: Candidate, *, current_scope: str | None, today: date, n_arms: int, policy: RankingPolicy
+) -> tuple[float, dict[str, float]]:
+    """The four-term score and its unweighted terms (``match``, ``authority``, ``scope``,
+    ``recency``, ``penalty``, each 0..1), for the trace and for tests."""
+    terms = {
+        "match": rrf(c.arm_ranks, n_arms, policy.rrf_k),
+        "authority": authority_term(c.authority),
+        "scope": scope_term(c.project_scope, current_scope),
+        "recency": recency_term(c.doc_date, today, policy),
+        "penalty": penalty_term(c, policy),
+    }
+    total = (
+        policy.w_match * terms["match"]
+        + policy.w_authority * terms["authority"]
+        + policy.w_scope * terms["scope"]
+        + policy.w_recency * terms["recency"]
+        - policy.w_penalty * terms["penalty"]
+    )
+    return total, terms
+
+
+def rank(
+    candidates: Sequence[Candidate],
+    *,
+    current_scope: str | None,
+    today: date,
+    n_arms: int,
+    policy: RankingPolicy = KNOWLEDGE_V1,
+) -> list[RetrievedPassage]:
+    """Score every candidate, sort by score descending (ties by ``chunk_id``), and drop any
+    candidate whose ``content_sha256`` a higher-ranked one already carries.
+
+    Nothing else is added or removed: admission happened in SQL, the floor and caps are `select`'s.
+    """
+    scored = [(score(c, current_scope=current_scope, today=today, n_arms=n_arms, policy=policy)[0], c)
+              for c in candidates]
+    scored.sort(key=lambda sc: (-sc[0], sc[1].chunk_id))
+    seen: set[str] = set()
+    out: list[RetrievedPassage] = []
+    for total, c in scored:
+        if c.content_sha256 in seen:
+            continue
+        seen.add(c.content_sha256)
+        out.append(RetrievedPassage(
+            chunk_id=c.chunk_id, document_id=c.document_id, title=c.title, heading_path=list(c.heading_path),
+            text=c.text, doc_date=c.doc_date, authority=c.authority, score=total, arms=sorted(c.arm_ranks),
+            instruction_like=c.instruction_like, tokens=c.tokens,
+        ))
+    return out
+
+
+def select(
+    passages: Sequence[RetrievedPassage],
+    *,
+    min_score: float,
+    max_passages: int,
+    max_per_document: int,
+    budget_tokens: int,
+    strengths: Mapping[str, float] | None = None,
+    min_strength: float = 0.0,
+) -> list[RetrievedPassage]:
+    """Walk ``passages`` in rank order and keep what the read path may render.
+
+    - The relevance floor: a passage scoring below ``min_score``, or (when ``strengths`` maps chunk
+      ids to evidence strength) whose strength is below ``min_strength``, is skipped. A chunk id
+      missing from ``strengths`` has no recorded evidence and counts as strength 0.
+    - At most ``max_per_document`` passages per document (later ones are skipped), at most
+      ``max_passages`` in all.
+    - The token budget: passages are taken whole, and the first one that does not fit ends the
+      selection — a smaller one further down is not slipped in, and nothing is ever truncated.
+    """
+    chosen: list[RetrievedPassage] = []
+    per_document: dict[UUID, int] = {}
+    used = 0
+    for p in passages:
+        if len(chosen) >= max_passages:
+            break
+        if p.score < min_score:
+            continue
+        if strengths is not None and strengths.get(p.chunk_id, 0.0) < min_strength:
+            continue
+        if per_document.get(p.document_id, 0) >= max_per_document:
+            continue
+        if used + p.tokens > budget_tokens:
+            break  # drop whole; the spec's "when the budget cannot fit the third passage, two are rendered"
+        chosen.append(p)
+        used += p.tokens
+        per_document[p.document_id] = per_document.get(p.document_id, 0) + 1
+    return chosen
