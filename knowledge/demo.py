@@ -1,7 +1,8 @@
-"""The main job: start the embedded database, migrate, ingest a folder of Markdown, and print
-what was ingested, what was refused and why, the chunk sizes and the health check.
+"""The main job: start the embedded database, migrate, ingest a folder of Markdown, print what
+was ingested, what was refused and why, and the chunk sizes; then answer a question with a
+rendered, cited <knowledge> block, and print the health check.
 
-    bash scripts/main.sh [FOLDER]      # default: ../shared/corpus/docs-etcd, else examples/docs
+    bash scripts/main.sh [FOLDER] [--question TEXT]   # default: ../shared/corpus/docs-etcd, else examples/docs
 
 Ingesting the same folder again finds every document already there (document ids are derived
 from the tenant and the file's path), so the job can be re-run.
@@ -19,7 +20,8 @@ from pathlib import Path
 import anyio
 
 from knowledge.ingest import IngestRefused
-from knowledge.models import ArtifactOrigin, Principal, TrustLevel
+from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
+from knowledge.render import render_knowledge_block
 from knowledge.service import KnowledgeService
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +30,7 @@ TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
 
 
-async def run(folder: Path, files: list[Path]) -> None:
+async def run(folder: Path, files: list[Path], question: str) -> None:
     principal = Principal(tenant_id=TENANT, principal_id="operator", scopes=frozenset({"knowledge.write"}))
     async with KnowledgeService.open() as svc:
         server = svc.embedded_server
@@ -70,6 +72,12 @@ async def run(folder: Path, files: list[Path]) -> None:
         stats = await svc.ingest_stats(TENANT)
         print(f"corpus (tenant {TENANT}): {stats.live_chunks} live chunks, instruction-like rate "
               f"{stats.instruction_like_rate:.2%}, accepted {stats.accepted}, refused {stats.refused}")
+        query = KnowledgeQuery(tenant_id=TENANT, principal_id="operator", text=question)
+        began = time.perf_counter()
+        passages = await svc.search(query)
+        took = (time.perf_counter() - began) * 1000
+        print(f"\nQ: {question}  ({len(passages)} passages in {took:.1f} ms)")
+        print(render_knowledge_block(passages, as_of=datetime.now(UTC)))
         health = await svc.health()
         print(f"health: ok={health.ok} backend={health.backend} server={health.server_version} "
               f"schema={health.schema_version}/{health.schema_expected} latency={health.latency_ms:.1f}ms")
@@ -78,11 +86,12 @@ async def run(folder: Path, files: list[Path]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", nargs="?", type=Path, default=None)
+    parser.add_argument("--question", default="How do I restore an etcd cluster from a snapshot?")
     args = parser.parse_args()
     folder = args.folder or next(p for p in DEFAULT_FOLDERS if p.is_dir())
     folder = folder.resolve()
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in MEDIA_TYPES and p.is_file())
-    anyio.run(run, folder, files, backend="trio")
+    anyio.run(run, folder, files, args.question, backend="trio")
 
 
 if __name__ == "__main__":

@@ -59,13 +59,14 @@ _ADMIT = """
              ELSE d.valid_from <= $8 AND (d.valid_to IS NULL OR d.valid_to > $8) END
 """
 
-# $2 terms, $3 idf per term, $4 avgdl, $9 limit.
+# $2 terms, $3 idf per term, $4 avgdl, $9 limit, $10 k1, $11 b.
 _LEXICAL_SQL = f"""
 WITH terms AS (SELECT * FROM unnest($2::text[], $3::float8[]) AS t(term, idf)),
+params AS (SELECT $10::float8 AS k1, $11::float8 AS b, $4::float8 AS avgdl),
 scored AS MATERIALIZED (
     SELECT p.chunk_id,
-           sum(t.idf * p.tf * {BM25_K1 + 1} / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.dl / $4))) AS bm25
-    FROM knowledge_postings p JOIN terms t ON t.term = p.term
+           sum(t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl))) AS bm25
+    FROM knowledge_postings p JOIN terms t ON t.term = p.term CROSS JOIN params
     WHERE p.tenant_id = $1 AND p.term = ANY($2::text[])
     GROUP BY p.chunk_id
 )
@@ -78,6 +79,7 @@ CROSS JOIN LATERAL (
     SELECT * FROM knowledge_documents d
     WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
       AND d.chunker_version = c.chunker_version AND {_ADMIT}) AS d
+ORDER BY s.bm25 DESC, s.chunk_id  -- the scan order above is a plan, not a promise
 LIMIT $9
 """
 
@@ -91,7 +93,8 @@ class ArmResult:
 
 
 class Arm(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]: ...
 
@@ -100,10 +103,13 @@ def bm25_idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
+@dataclass(frozen=True)
 class LexicalArm:
     """BM25 over the postings table, with the isolation predicates in the candidate query."""
 
-    name = "lexical"
+    name: str = "lexical"
+    k1: float = BM25_K1
+    b: float = BM25_B
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
         async with db.connection() as conn:
@@ -116,10 +122,10 @@ class LexicalArm:
             n = max(int(stats["n"]), max(df for _, df in terms))
             avgdl = max(float(stats["total_dl"]) / max(n, 1), 1.0)
             idf = [bm25_idf(n, df) for _, df in terms]
-            best_possible = sum(i * (BM25_K1 + 1) for i in idf)
+            best_possible = sum(i * (self.k1 + 1) for i in idf)
             rows = await conn.fetch(
                 _LEXICAL_SQL, query.tenant_id, [t for t, _ in terms], idf, avgdl, query.principal_id,
-                query.current_scope, query.sensitivity_ceiling.admitted(), query.as_of, limit,
+                query.current_scope, query.sensitivity_ceiling.admitted(), query.as_of, limit, self.k1, self.b,
             )
         return [_candidate(r, rank_no, self.name, float(r["bm25"]) / best_possible)
                 for rank_no, r in enumerate(rows, start=1)]
