@@ -267,11 +267,9 @@ async def test_closing_the_service_cancels_an_in_flight_ingest(settings: Any, te
 
 @pytest.mark.anyio
 @pytest.mark.skipif(not CORPUS.exists(), reason="shared corpus not present")
-async def test_ingest_both_doc_corpora(service: KnowledgeService, tenant: str, anyio_backend: str) -> None:
+async def test_ingest_both_doc_corpora(service: KnowledgeService, tenant: str) -> None:
     """Every Markdown file of docs-argocd and docs-etcd ingests, or is refused for a credential
     the scanner can name; prints the chunk-size distribution."""
-    if anyio_backend == "asyncio":
-        pytest.skip("one event loop suffices for the corpus sweep; both run the same code")
     files = sorted(CORPUS.glob("docs-*/**/*.md"))
     assert len(files) == 551
     refused: dict[str, str] = {}
