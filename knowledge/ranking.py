@@ -161,20 +161,22 @@ _NAV_PHRASES = frozenset({
 _NAV_SEPARATORS = re.compile(r"\s+[|·•›»/>]\s+")
 _NAV_SEPARATORS_NO_PIPE = re.compile(r"\s+[·•›»/>]\s+")
 _NAV_DECOR = re.compile(r"^[\s«»‹›←→<>|·•*+-]+|[\s«»‹›←→<>|·•*+-]+$")
-_LICENSE = (
-    re.compile(r"permission is hereby granted", re.IGNORECASE),
-    re.compile(r"without warranty of any kind", re.IGNORECASE),
-    re.compile(r"provided [\"“]?as is[\"”]?", re.IGNORECASE),
-    re.compile(r"licensed under the apache license", re.IGNORECASE),
-    re.compile(r"gnu (?:lesser |affero )?general public license", re.IGNORECASE),
-    re.compile(r"redistribution and use in source and binary forms", re.IGNORECASE),
-    re.compile(r"all rights reserved", re.IGNORECASE),
-    re.compile(r"without warranties or conditions of any kind", re.IGNORECASE),
-    re.compile(r"this (?:program|library) is free software", re.IGNORECASE),
-    re.compile(r"spdx-license-identifier", re.IGNORECASE),
-    re.compile(r"creative commons attribution", re.IGNORECASE),
-    re.compile(r"in no event shall the (?:authors|copyright holders?)", re.IGNORECASE),
+_LICENSE_PHRASES = (
+    r"permission is hereby granted",
+    r"without warranty of any kind",
+    r"provided [\"“]?as is[\"”]?",
+    r"licensed under the apache license",
+    r"gnu (?:lesser |affero )?general public license",
+    r"redistribution and use in source and binary forms",
+    r"all rights reserved",
+    r"without warranties or conditions of any kind",
+    r"this (?:program|library) is free software",
+    r"spdx-license-identifier",
+    r"creative commons attribution",
+    r"in no event shall the (?:authors|copyright holders?)",
 )
+# One pass over the text for all phrases: which one matched is the group that is set.
+_LICENSE = re.compile("|".join(f"({p})" for p in _LICENSE_PHRASES), re.IGNORECASE)
 
 
 def _is_boilerplate_line(line: str, separators: re.Pattern[str]) -> bool:
@@ -221,9 +223,31 @@ def boilerplate_share(text: str) -> float:
     return boiler / body
 
 
+def _license_phrase_count(text: str) -> int:
+    return len({m.lastindex for m in _LICENSE.finditer(text)})
+
+
 def is_license_text(text: str, policy: RankingPolicy = KNOWLEDGE_V1) -> bool:
     """At least ``policy.license_markers`` distinct license phrases: the chunk is a license."""
-    return sum(1 for marker in _LICENSE if marker.search(text)) >= policy.license_markers
+    return _license_phrase_count(text) >= policy.license_markers
+
+
+# Chunks never change, so their text features are cached by content hash (bounded: cleared when
+# full): a passage retrieved again costs nothing to re-judge.
+_FEATURES: dict[tuple[str, int], tuple[bool, float]] = {}
+_FEATURES_MAX = 65536
+
+
+def _text_features(content_sha256: str, text: str, policy: RankingPolicy) -> tuple[bool, float]:
+    """(is a license, boilerplate share) of a chunk's text."""
+    key = (content_sha256, policy.license_markers)
+    found = _FEATURES.get(key)
+    if found is None:
+        found = (True, 1.0) if is_license_text(text, policy) else (False, boilerplate_share(text))
+        if len(_FEATURES) >= _FEATURES_MAX:
+            _FEATURES.clear()
+        _FEATURES[key] = found
+    return found
 
 
 def penalty_term(c: Candidate, policy: RankingPolicy = KNOWLEDGE_V1) -> float:
@@ -231,10 +255,10 @@ def penalty_term(c: Candidate, policy: RankingPolicy = KNOWLEDGE_V1) -> float:
     tiny = 0.0
     if policy.tiny_chunk_tokens and c.tokens < policy.tiny_chunk_tokens:
         tiny = 1.0 - c.tokens / policy.tiny_chunk_tokens
-    if is_license_text(c.text, policy):
+    is_license, share = _text_features(c.content_sha256, c.text, policy)
+    if is_license:
         boiler = 1.0
     else:
-        share = boilerplate_share(c.text)
         lo, hi = policy.boilerplate_share_floor, policy.boilerplate_share_full
         boiler = min(max((share - lo) / (hi - lo), 0.0), 1.0)
     return max(tiny, boiler)
