@@ -2,15 +2,15 @@
 
 The lexical arm is BM25 computed inside PostgreSQL from the postings table (migration 0003):
 
-1. One query turns the question into lexemes (``to_tsvector``, the index's own configuration)
-   and counts each lexeme's document frequency in the tenant's postings, with the tenant's
-   chunk count and total length (sharded counters).
-2. One query scores every chunk of the tenant that holds a query lexeme — an index-only range
-   scan per lexeme over ``(tenant_id, term)``, carrying tf and the chunk's length — then walks the
-   scores in descending order through the isolation predicates (tenant, visibility resolved
-   against the principal and the current scope, the sensitivity ceiling, the live version or the
-   version valid at ``as_of``) until ``limit`` admissible chunks are found. The predicates are in
-   the SQL that fetches candidates; nothing is filtered after ranking.
+One statement: the question becomes lexemes (``to_tsvector``, the index's own configuration);
+their postings in the tenant are read once (an index-only range scan per lexeme over
+``(tenant_id, term)``, carrying tf and the chunk's length); document frequencies come from those
+postings and N and the average length from the tenant's sharded counters; every chunk holding a
+lexeme is scored; then the scores are walked in descending order through the isolation
+predicates (tenant, visibility resolved against the principal and the current scope, the
+sensitivity ceiling, the live version or the version valid at ``as_of``) until ``limit``
+admissible chunks are found. The predicates are in the SQL that fetches candidates; nothing is
+filtered after ranking.
 
 Arms return ranked candidates into reciprocal-rank fusion (`knowledge.ranking`), so a semantic arm
 plugs in beside the lexical one by configuration.
@@ -18,7 +18,6 @@ plugs in beside the lexical one by configuration.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -35,17 +34,6 @@ BM25_B = 0.75
 #: How many candidates an arm hands to fusion.
 ARM_LIMIT = 50
 
-_TERMS_SQL = f"""
-WITH q AS (SELECT DISTINCT u.lexeme AS term FROM unnest(to_tsvector('{TS_CONFIG}', $2)) AS u)
-SELECT q.term,
-       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = $1 AND p.term = q.term) AS df
-FROM q
-"""
-_STATS_SQL = """
-SELECT coalesce(sum(chunks), 0) AS n, coalesce(sum(total_dl), 0) AS total_dl
-FROM knowledge_tenant_stats WHERE tenant_id = $1
-"""
-
 # Who may read what: principal -> only the ingesting principal; project -> the current scope's
 # documents; tenant -> everyone in the tenant. $1 tenant, $5 principal, $6 current scope,
 # $7 admitted sensitivities, $8 as_of (NULL: live).
@@ -59,19 +47,37 @@ _ADMIT = """
              ELSE d.valid_from <= $8 AND (d.valid_to IS NULL OR d.valid_to > $8) END
 """
 
-# $2 terms, $3 idf per term, $4 avgdl, $9 limit, $10 k1, $11 b.
+# One statement: the query's lexemes; their postings in this tenant (read once, index-only);
+# document frequencies and BM25 idf from those postings and the tenant's sharded counters; the
+# score of every chunk holding a lexeme; then, in descending score order, the isolation
+# predicates until $9 chunks are admitted. $2 query text, $3 k1, $4 b, $9 limit.
 _LEXICAL_SQL = f"""
-WITH terms AS (SELECT * FROM unnest($2::text[], $3::float8[]) AS t(term, idf)),
-params AS (SELECT $10::float8 AS k1, $11::float8 AS b, $4::float8 AS avgdl),
+WITH q AS (SELECT DISTINCT u.lexeme AS term FROM unnest(to_tsvector('{TS_CONFIG}', $2)) AS u),
+hits AS MATERIALIZED (
+    SELECT p.term, p.chunk_id, p.tf, p.dl FROM knowledge_postings p
+    WHERE p.tenant_id = $1 AND p.term IN (SELECT term FROM q)
+),
+stats AS (
+    SELECT greatest(coalesce(sum(chunks), 0), 1)::float8 AS n, greatest(coalesce(sum(total_dl), 0), 1)::float8 AS len
+    FROM knowledge_tenant_stats WHERE tenant_id = $1
+),
+terms AS (
+    SELECT h.term, ln(1 + (greatest(s.n, count(*)) - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+    FROM hits h CROSS JOIN stats s GROUP BY h.term, s.n
+),
+params AS (
+    SELECT $3::float8 AS k1, $4::float8 AS b, greatest(s.len / s.n, 1) AS avgdl,
+           (SELECT sum(idf) FROM terms) * ($3::float8 + 1) AS best
+    FROM stats s
+),
 scored AS MATERIALIZED (
-    SELECT p.chunk_id,
-           sum(t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl))) AS bm25
-    FROM knowledge_postings p JOIN terms t ON t.term = p.term CROSS JOIN params
-    WHERE p.tenant_id = $1 AND p.term = ANY($2::text[])
-    GROUP BY p.chunk_id
+    SELECT h.chunk_id, sum(t.idf * h.tf * (k1 + 1) / (h.tf + k1 * (1 - b + b * h.dl / avgdl))) AS bm25
+    FROM hits h JOIN terms t USING (term) CROSS JOIN params
+    GROUP BY h.chunk_id
 )
-SELECT s.chunk_id, s.bm25, c.document_id, c.version, c.heading_path, c.text, c.tokens,
-       c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
+SELECT s.chunk_id, s.bm25, s.bm25 / (SELECT best FROM params) AS strength, c.document_id, c.version,
+       c.heading_path, c.text, c.tokens, c.contains_instruction_like_text, c.content_sha256,
+       d.title, d.doc_date, d.authority, d.project_scope
 FROM (SELECT * FROM scored ORDER BY bm25 DESC, chunk_id) AS s
 CROSS JOIN LATERAL (
     SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
@@ -99,10 +105,6 @@ class Arm(Protocol):
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]: ...
 
 
-def bm25_idf(n: int, df: int) -> float:
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-
 @dataclass(frozen=True)
 class LexicalArm:
     """BM25 over the postings table, with the isolation predicates in the candidate query."""
@@ -112,23 +114,11 @@ class LexicalArm:
     b: float = BM25_B
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
-        async with db.connection() as conn:
-            term_rows = await conn.fetch(_TERMS_SQL, query.tenant_id, query.text)
-            terms = [(r["term"], int(r["df"])) for r in term_rows if r["df"]]
-            if not terms:
-                return []
-            stats = await conn.fetchrow(_STATS_SQL, query.tenant_id)
-            assert stats is not None
-            n = max(int(stats["n"]), max(df for _, df in terms))
-            avgdl = max(float(stats["total_dl"]) / max(n, 1), 1.0)
-            idf = [bm25_idf(n, df) for _, df in terms]
-            best_possible = sum(i * (self.k1 + 1) for i in idf)
-            rows = await conn.fetch(
-                _LEXICAL_SQL, query.tenant_id, [t for t, _ in terms], idf, avgdl, query.principal_id,
-                query.current_scope, query.sensitivity_ceiling.admitted(), query.as_of, limit, self.k1, self.b,
-            )
-        return [_candidate(r, rank_no, self.name, float(r["bm25"]) / best_possible)
-                for rank_no, r in enumerate(rows, start=1)]
+        rows = await db.fetch(
+            _LEXICAL_SQL, query.tenant_id, query.text, self.k1, self.b, query.principal_id, query.current_scope,
+            query.sensitivity_ceiling.admitted(), query.as_of, limit,
+        )
+        return [_candidate(r, rank_no, self.name, float(r["strength"])) for rank_no, r in enumerate(rows, start=1)]
 
 
 def _candidate(row: Record, rank_no: int, arm: str, strength: float) -> Candidate:
