@@ -98,6 +98,12 @@ class _Section:
         return sum(b.tokens for b in self.blocks)
 
 
+def _collapse(path: tuple[str, ...]) -> tuple[str, ...]:
+    """A path never names the same thing twice in a row: a page whose "# Title" repeats the
+    document's title shows it once."""
+    return tuple(h for i, h in enumerate(path) if i == 0 or h != path[i - 1])
+
+
 def _common_path(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -178,7 +184,7 @@ def _markdown_sections(text: str, title: str) -> list[_Section]:
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, heading or f"h{level}"))
-            sections.append(_Section(root + tuple(h for _, h in stack), []))
+            sections.append(_Section(_collapse(root + tuple(h for _, h in stack)), []))
         if block is not None:
             sections[-1].blocks.append(block)
     return [s for s in sections if s.blocks]

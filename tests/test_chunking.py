@@ -117,7 +117,8 @@ def _expected_paths(text: str, title: str, sections: list[Section], front: bool)
         while stack and stack[-1][0] >= s.level:
             stack.pop()
         stack.append((s.level, s.heading))
-        out.append((pos, root + tuple(h for _, h in stack)))
+        full = root + tuple(h for _, h in stack)
+        out.append((pos, tuple(h for i, h in enumerate(full) if i == 0 or h != full[i - 1])))
         pos += len(line)
     return out
 
