@@ -297,18 +297,23 @@ WITH rows AS (
            text, tokens, flagged, sha
     FROM rows
     RETURNING tenant_id, chunk_id, document_id, version, heading_path, text
+), vec AS MATERIALIZED (
+    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version,
+           setweight(to_tsvector('{TS_CONFIG}', array_to_string(c.heading_path, ' ')), 'A')
+           || setweight(to_tsvector('{TS_CONFIG}', c.text), 'B') AS tsv
+    FROM chunks c
+), terms AS MATERIALIZED (
+    SELECT v.chunk_id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf FROM vec v, unnest(v.tsv) AS u
+), lengths AS MATERIALIZED (
+    SELECT chunk_id, sum(tf)::int AS dl FROM terms GROUP BY chunk_id
 ), idx AS (
     INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, chunker_version, tsv, dl)
-    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version, $4, v.tsv,
-           (SELECT coalesce(sum(array_length(u.positions, 1)), 0) FROM unnest(v.tsv) AS u)
-    FROM chunks c,
-         LATERAL (SELECT setweight(to_tsvector('{TS_CONFIG}', array_to_string(c.heading_path, ' ')), 'A')
-                         || setweight(to_tsvector('{TS_CONFIG}', c.text), 'B') AS tsv) AS v
-    RETURNING tenant_id, chunk_id, tsv, dl
+    SELECT v.tenant_id, v.chunk_id, v.document_id, v.version, $4, v.tsv, l.dl
+    FROM vec v JOIN lengths l USING (chunk_id)
+    RETURNING dl
 ), postings AS (
     INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl)
-    SELECT idx.tenant_id, u.lexeme, idx.chunk_id, coalesce(array_length(u.positions, 1), 1), idx.dl
-    FROM idx, unnest(idx.tsv) AS u
+    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl FROM terms t JOIN lengths l USING (chunk_id)
 )
 INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)
 SELECT $1, pg_backend_pid() % 16, count(*), coalesce(sum(dl), 0) FROM idx
