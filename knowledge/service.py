@@ -46,8 +46,10 @@ from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.structured import HeldError, call_in_group
 from parsers.base import ExtractorRegistry
+from parsers.pdf import PdfExtractor
 from parsers.text import MarkdownExtractor, PlainTextExtractor
 from supervisors.embedded_pg import EmbeddedServer, start_embedded_async
+from supervisors.parser_pool import ParserPool
 
 _log = logging.getLogger(__name__)
 
@@ -79,7 +81,8 @@ class KnowledgeService:
         self.artifacts = ArtifactStore(db, settings.max_artifact_bytes)
         self.embedded_server = server
         self._task_group = task_group
-        self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor()])
+        self.parser_pool = ParserPool()
+        self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
         self.ingestor = Ingestor(db, self.artifacts, self.extractors)
         self.searcher = Searcher(db, [LexicalArm()])
 
@@ -168,6 +171,12 @@ class KnowledgeService:
     async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | None:
         """Resolve a citation (a chunk id) within a tenant; None if no such chunk exists there."""
         return await get_chunk(self.db, tenant_id, chunk_id)
+
+    async def inspect_pdf(self, data: bytes) -> dict[str, Any]:
+        """Upload inspection of a PDF (10 s, queue included) in a parser child: page count,
+        encryption, outline. Raises `ExtractionRefused`/`ParserFailure` with a reason code.
+        Cancellation: the child is killed and reaped first."""
+        return await call_in_group(self._task_group, self.parser_pool.inspect, data)
 
     async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""

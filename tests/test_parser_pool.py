@@ -1,0 +1,179 @@
+"""The parser pool's supervision, with real child processes: slots, deadlines, kill and reap."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import anyio
+import psutil
+import pytest
+
+from parsers.base import ExtractionRefused
+from supervisors.parser_pool import JobRecord, ParserFailure, ParserPool
+
+FAKE = (sys.executable, "-m", "tests.helpers.fake_child")
+
+
+def fake_pool(**kwargs: object) -> ParserPool:
+    return ParserPool(command=FAKE, **kwargs)  # type: ignore[arg-type]
+
+
+def gone(pid: int | None) -> bool:
+    """True when no process with ``pid`` exists: dead and reaped (a zombie still exists)."""
+    assert pid is not None
+    return not psutil.pid_exists(pid)
+
+
+@pytest.mark.anyio
+async def test_a_job_runs_in_a_child_and_leaves_nothing(anyio_backend: str) -> None:
+    pool = fake_pool()
+    assert await pool.extract(b"ok") == "done ok"
+    assert await pool.inspect(b"ok") == {"pages": 1}
+    assert pool.live == set() and all(gone(r.pid) for r in pool.history)
+
+
+@pytest.mark.anyio
+async def test_never_more_than_two_children_per_loop(anyio_backend: str) -> None:
+    concurrent: list[int] = []
+    pool = fake_pool()
+    pool.on_spawn = lambda record: concurrent.append(len(pool.live))
+    me = psutil.Process()
+    os_counts: list[int] = []
+
+    async def sample() -> None:
+        while True:
+            os_counts.append(len([c for c in me.children() if c.status() != psutil.STATUS_ZOMBIE]))
+            await anyio.sleep(0.02)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        async with anyio.create_task_group() as jobs:
+            for _ in range(5):
+                jobs.start_soon(pool.extract, b"sleep 0.4")
+        tg.cancel_scope.cancel()
+    assert len(pool.history) == 5 and all(r.outcome == "ok" for r in pool.history)
+    assert max(concurrent) <= 2 and max(os_counts) <= 2 and max(os_counts) == 2
+    assert pool.live == set()
+
+
+@pytest.mark.anyio
+async def test_cancelling_a_job_kills_and_reaps_its_child_before_the_next_starts(anyio_backend: str) -> None:
+    seen: list[tuple[int | None, bool]] = []  # at each spawn: (the cancelled job's pid, is it gone?)
+    victim: list[JobRecord] = []
+    pool = fake_pool()
+    pool.on_spawn = lambda record: seen.append((victim[0].pid, gone(victim[0].pid)) if victim else (None, True))
+
+    victim_scope = anyio.CancelScope()
+
+    async def first() -> None:
+        with victim_scope:
+            await pool.extract(b"sleep 30")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.sleep(0.3)
+        victim.append(pool.history[0])
+        tg.start_soon(pool.extract, b"sleep 30")  # takes the second slot
+        await anyio.sleep(0.3)
+        tg.start_soon(pool.extract, b"ok")  # queued behind both
+        await anyio.sleep(0.3)
+        assert len(pool.live) == 2 and victim[0].pid in pool.live
+        victim_scope.cancel()
+        await anyio.sleep(1.0)
+        tg.cancel_scope.cancel()
+    assert victim[0].outcome == "cancelled" and gone(victim[0].pid)
+    # The queued job's child started only after the cancelled child was dead and reaped.
+    third_spawn = seen[2]
+    assert third_spawn == (victim[0].pid, True)
+    assert pool.history[2].outcome == "ok"
+    assert victim[0].reaped_at is not None and pool.history[2].spawned_at is not None
+    assert victim[0].reaped_at <= pool.history[2].spawned_at
+    assert pool.live == set()
+
+
+@pytest.mark.anyio
+async def test_deadline_includes_time_queued_for_a_slot(anyio_backend: str) -> None:
+    pool = fake_pool()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pool.extract, b"sleep 1.5")
+        tg.start_soon(pool.extract, b"sleep 1.5")
+        await anyio.sleep(0.2)
+        with pytest.raises(ParserFailure) as failed:
+            # 1.0 s of work would fit a 2.2 s deadline alone; after ~1.3 s in the queue it cannot.
+            await pool.extract(b"sleep 1.0", deadline=2.2)
+    assert failed.value.reason == "pdf_timeout"
+    late = pool.history[2]
+    assert late.waited >= 1.0 and late.outcome == "pdf_timeout" and gone(late.pid)
+    assert await pool.extract(b"sleep 1.0", deadline=2.2) == "done sleep"  # alone, it fits
+
+
+@pytest.mark.anyio
+async def test_timeout_kills_the_child_and_its_group(anyio_backend: str) -> None:
+    pool = fake_pool()
+    with pytest.raises(ParserFailure) as failed:
+        await pool.extract(b"grandchild 30", deadline=1.0)
+    assert failed.value.reason == "pdf_timeout" and failed.value.transient
+    record = pool.history[0]
+    assert gone(record.pid)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and
+                "time.sleep(600)" in " ".join(p.info["cmdline"]) and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.anyio
+async def test_a_child_that_dies_is_pdf_killed(anyio_backend: str) -> None:
+    pool = fake_pool()
+    with pytest.raises(ParserFailure) as failed:
+        await pool.extract(b"crash")
+    assert failed.value.reason == "pdf_killed" and "signal 9" in failed.value.message
+    with pytest.raises(ParserFailure) as limited:
+        await pool.extract(b"spin", deadline=1.5)  # its 2 s CPU limit or the 1.5 s deadline, whichever first
+    assert limited.value.reason in {"pdf_killed", "pdf_timeout"}
+    assert pool.live == set()
+
+
+@pytest.mark.anyio
+async def test_oversized_input_is_refused_without_a_child(anyio_backend: str) -> None:
+    pool = fake_pool()
+    with pytest.raises(ExtractionRefused) as refused:
+        await pool.extract(b"x" * (32 * 1024 * 1024 + 1))
+    assert refused.value.reason == "pdf_too_large" and pool.history == []
+
+
+def test_two_event_loops_in_two_threads_get_two_slots_each() -> None:
+    lock = threading.Lock()
+    running = {"now": 0, "max": 0}
+    per_loop_max: list[int] = []
+
+    def loop_main() -> None:
+        pool = fake_pool()
+        peak = [0]
+
+        def spawned(record: JobRecord) -> None:
+            peak[0] = max(peak[0], len(pool.live))
+            with lock:
+                running["now"] += 1
+                running["max"] = max(running["max"], running["now"])
+
+        pool.on_spawn = spawned
+
+        async def jobs() -> None:
+            async def one() -> None:
+                await pool.extract(b"sleep 0.8")
+                with lock:
+                    running["now"] -= 1
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(one)
+
+        anyio.run(jobs, backend="trio")
+        per_loop_max.append(peak[0])
+
+    threads = [threading.Thread(target=loop_main) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert per_loop_max == [2, 2]
+    assert running["max"] == 4  # two loops, two slots each, at the same time
