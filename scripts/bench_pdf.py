@@ -1,0 +1,88 @@
+"""PDF extraction throughput: the parser pool (two disposable children) beside in-process
+pdfminer.six on the same files in the same run, and the per-job overhead of a child.
+
+    .venv/bin/python scripts/bench_pdf.py [--loop trio|asyncio] [--overhead-runs 20]
+
+Files: the corpus's `text` and `large` PDFs. Prints a table; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from pathlib import Path
+
+import anyio
+import pikepdf
+from pdfminer.high_level import extract_text
+
+from supervisors.parser_pool import ParserPool
+
+PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
+
+
+def files() -> list[Path]:
+    with (PDFS / "MANIFEST.tsv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    return [PDFS / r["file"] for r in rows if r["category"] in {"text", "large"}]
+
+
+def pages(path: Path) -> int:
+    with pikepdf.open(path) as pdf:
+        return len(pdf.pages)
+
+
+async def through_pool(blobs: list[bytes]) -> float:
+    pool = ParserPool()
+    began = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for data in blobs:
+            tg.start_soon(pool.extract, data, 600.0)  # bench: no deadline pressure
+    return time.perf_counter() - began
+
+
+async def overhead(path: Path, data: bytes, runs: int) -> tuple[float, float]:
+    """Median wall ms of one job through the pool, and of the same extraction in process."""
+    pool = ParserPool()
+    through: list[float] = []
+    inside: list[float] = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        await pool.extract(data)
+        through.append((time.perf_counter() - began) * 1000)
+        began = time.perf_counter()
+        extract_text(str(path))
+        inside.append((time.perf_counter() - began) * 1000)
+    return statistics.median(through), statistics.median(inside)
+
+
+async def run(args: argparse.Namespace) -> None:
+    paths = files()
+    total_pages = sum(pages(p) for p in paths)
+    began = time.perf_counter()
+    for path in paths:
+        extract_text(str(path))
+    inproc = time.perf_counter() - began
+    pooled = await through_pool([p.read_bytes() for p in paths])
+    small = min(paths, key=lambda p: p.stat().st_size)
+    job_ms, inside_ms = await overhead(small, small.read_bytes(), args.overhead_runs)
+    print(f"{len(paths)} PDFs (text + large), {total_pages} pages; loop={args.loop}")
+    print(f"{'path':<44} {'seconds':>8} {'pages/s':>8} {'ratio':>7}")
+    print(f"{'in-process pdfminer.six, one at a time':<44} {inproc:>8.2f} {total_pages / inproc:>8.1f} {1.0:>7.2f}")
+    print(f"{'parser pool, 2 children':<44} {pooled:>8.2f} {total_pages / pooled:>8.1f} {inproc / pooled:>7.2f}")
+    print(f"per-job overhead on {small.name}: {job_ms:.0f} ms through the pool vs {inside_ms:.0f} ms in process "
+          f"= {job_ms - inside_ms:.0f} ms per child (median of {args.overhead_runs})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--overhead-runs", type=int, default=20)
+    args = parser.parse_args()
+    anyio.run(run, args, backend=args.loop)
+
+
+if __name__ == "__main__":
+    main()
