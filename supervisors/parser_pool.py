@@ -209,6 +209,7 @@ class ParserPool:
             raise ParserFailure("pdf_killed", "the parser child wrote no valid result") from None
         if not result.get("ok"):
             record.outcome = str(result.get("reason", "pdf_unreadable"))
-            raise ExtractionRefused(record.outcome, str(result.get("message", "")))
+            failure = ParserFailure if record.outcome in {"pdf_killed", "pdf_timeout"} else ExtractionRefused
+            raise failure(record.outcome, str(result.get("message", "")))
         record.outcome = "ok"
         return result

@@ -1,0 +1,109 @@
+"""PDFs through the real parser child and the pool: every corpus file ends as it should, within its
+deadline, with no process left and the service's own memory flat; and PDF ingestion end to end."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from knowledge.ingest import IngestRefused
+from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
+from knowledge.service import KnowledgeService
+from parsers.base import ExtractionRefused
+from supervisors.parser_pool import ParserPool
+
+PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
+needs_corpus = pytest.mark.skipif(not (PDFS / "MANIFEST.tsv").exists(), reason="shared corpus not present")
+
+
+def manifest() -> list[dict[str, str]]:
+    if not (PDFS / "MANIFEST.tsv").exists():
+        return []
+    with (PDFS / "MANIFEST.tsv").open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+BOMB_ENDINGS = {"pdf_killed", "pdf_timeout", "pdf_unreadable", "no_text"}
+
+
+def wanted(row: dict[str, str]) -> str:
+    """Our outcome for a manifest row: any encryption is refused outright (the spec), whatever a
+    password-less reader could recover; unreadable files are refused; no text layer is no_text."""
+    if row["category"].startswith("encrypted"):
+        return "pdf_encrypted"
+    return {"text": "text", "empty": "no_text", "refuse": "pdf_unreadable"}[row["expected"]]
+
+
+async def outcome(pool: ParserPool, data: bytes, deadline: float) -> str:
+    try:
+        text = await pool.extract(data, deadline=deadline)
+    except ExtractionRefused as exc:
+        return exc.reason
+    assert text.strip()
+    return "text"
+
+
+@needs_corpus
+@pytest.mark.trio
+async def test_every_corpus_pdf_ends_as_expected_within_its_deadline() -> None:
+    rows = manifest()
+    assert len(rows) == 58
+    me = psutil.Process()
+    rss_before = me.memory_info().rss
+    pool = ParserPool()
+    results: dict[str, str] = {}
+    queue = anyio.Semaphore(2)  # queue here, so each job's deadline is its own parse time
+
+    async def one(row: dict[str, str]) -> None:
+        async with queue:
+            deadline = 60.0 if row["category"] == "large" else 20.0
+            results[row["file"]] = await outcome(pool, (PDFS / row["file"]).read_bytes(), deadline)
+
+    async with anyio.create_task_group() as tg:
+        for row in rows:
+            tg.start_soon(one, row)
+    wrong = {}
+    for row in rows:
+        got, want = results[row["file"]], wanted(row)
+        # A bomb must end contained and typed: text where pdfminer recovers it, else stopped by its
+        # limits or refused as unreadable/textless (the manifest's "text" for some bombs is what
+        # pypdf recovers, a parser this service does not run).
+        if got != want and not (row["category"] == "bomb" and got in BOMB_ENDINGS):
+            wrong[row["file"]] = (row["category"], want, got)
+    assert wrong == {}, "\n".join(f"{k}: {v}" for k, v in wrong.items())
+    assert pool.live == set() and not [c for c in me.children(recursive=True)]
+    assert me.memory_info().rss - rss_before < 64 * 1024 * 1024  # the parsing happened elsewhere
+
+
+@needs_corpus
+@pytest.mark.anyio
+async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> None:
+    alice = Principal(tenant_id=tenant, principal_id="alice", scopes=frozenset({"knowledge.write"}))
+
+    async def ingest(name: str) -> object:
+        data = (PDFS / name).read_bytes()
+        ref = await service.artifacts.put(tenant, data, media_type="application/pdf", origin=ArtifactOrigin.UPLOAD,
+                                          trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=name)
+        return await service.ingest(ref, name, "tenant", alice, origin_trust=TrustLevel.USER)
+
+    await ingest("pypdf__pdflatex-outline.pdf")
+    paths = [list(r["heading_path"]) for r in await service.db.fetch(
+        "SELECT heading_path FROM knowledge_chunks WHERE tenant_id = $1 ORDER BY ordinal", tenant)]
+    assert paths and all(p[0] == "pypdf__pdflatex-outline.pdf" for p in paths)
+    assert any(len(p) > 1 for p in paths)  # PDF chunks carry headings from the outline
+    hits = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="printed text meaning"))
+    assert hits
+    inspection = await service.inspect_pdf((PDFS / "pypdf__pdflatex-outline.pdf").read_bytes())
+    assert inspection["pages"] == 4 and inspection["encrypted"] is False
+
+    encrypted = next(r["file"] for r in manifest() if r["category"] == "encrypted_owner")
+    image_only = next(r["file"] for r in manifest() if r["category"] == "image_only")
+    for name, reason in [(encrypted, "pdf_encrypted"), (image_only, "no_text")]:
+        with pytest.raises(IngestRefused) as refused:
+            await ingest(name)
+        assert refused.value.reason == reason
+    assert service.parser_pool.live == set()
