@@ -1,7 +1,8 @@
 """The parser child: ``python -m parsers.child``. Runs one PDF job under its own limits.
 
 Protocol — stdin: one JSON header line ``{"op": "inspect"|"extract", "cpu_seconds": int,
-"address_space_bytes": int|null}``, then the PDF bytes until EOF (at most 32 MiB). stdout: exactly
+"address_space_bytes": int|null, "pages": [first, end] | null}`` (pages: extract one 0-based,
+end-exclusive range), then the PDF bytes until EOF (at most 32 MiB). stdout: exactly
 one JSON object: ``{"ok": true, "inspection": {...}}``, ``{"ok": true, "text": "...", "pages": n}``
 or ``{"ok": false, "reason": "...", "message": "..."}``; at most 32 MiB. The limits are set before
 a byte of the PDF is read: CPU seconds, address space (Linux; Darwin rejects RLIMIT_AS and relies
@@ -57,7 +58,8 @@ def main() -> None:
         if header.get("op") == "inspect":
             _emit({"ok": True, "inspection": inspect_pdf_bytes(data).as_marker()})
         elif header.get("op") == "extract":
-            text = extract_pdf_text(data)
+            pages = header.get("pages")
+            text = extract_pdf_text(data, (int(pages[0]), int(pages[1])) if pages else None)
             _emit({"ok": True, "text": text, "pages": text.count("\f")})
         else:
             _emit({"ok": False, "reason": "pdf_unreadable", "message": f"unknown op {header.get('op')!r}"})

@@ -9,10 +9,13 @@ carry heading paths too. A PDF without a text layer is refused (``no_text``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
+import anyio
+
 from parsers.base import ExtractionRefused, Structure
-from supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, ParserPool
+from supervisors.parser_pool import EXTRACT_SECONDS, INSPECT_SECONDS, MAX_IO_BYTES, ParserPool
 
 
 async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> bytes:
@@ -26,6 +29,12 @@ async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> by
     return b"".join(parts)
 
 
+#: A PDF at least this large is inspected first; one of at least SPLIT_PAGES pages is extracted as
+#: two page ranges in two children at once (both slots of the loop), the deadline shared.
+SPLIT_BYTES = 512 * 1024
+SPLIT_PAGES = 64
+
+
 class PdfExtractor:
     structure: Structure = "markdown"
 
@@ -37,5 +46,25 @@ class PdfExtractor:
         return {"application/pdf"}
 
     async def extract(self, source: AsyncIterator[bytes], media_type: str) -> str:
-        """Cancellation: the parser child is killed and reaped before the cancellation propagates."""
-        return await self.pool.extract(await collect(source), self.deadline)
+        """Cancellation: every parser child is killed and reaped before the cancellation propagates."""
+        data = await collect(source)
+        began = time.monotonic()
+        if len(data) < SPLIT_BYTES:
+            return await self.pool.extract(data, self.deadline)
+        inspection = await self.pool.inspect(data, min(INSPECT_SECONDS, self.deadline))
+        count = int(inspection["pages"])
+        if count < SPLIT_PAGES:
+            return await self.pool.extract(data, self.deadline - (time.monotonic() - began))
+        middle = count // 2
+        parts: dict[int, str] = {}
+
+        async def part(first: int, end: int) -> None:
+            parts[first] = await self.pool.extract(data, self.deadline - (time.monotonic() - began), (first, end))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(part, 0, middle)
+            tg.start_soon(part, middle, count)
+        text = parts[0] + parts[middle]
+        if not text.strip():
+            raise ExtractionRefused("no_text", "the PDF has no text layer")
+        return text

@@ -127,9 +127,11 @@ def _page_lines(page: LTPage) -> list[tuple[str, float]]:
     return lines
 
 
-def extract_pdf_text(data: bytes) -> str:
+def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None) -> str:
     """The PDF's text with Markdown headings; refuses encrypted, unreadable, oversized and
-    text-less PDFs (see the module docstring)."""
+    text-less PDFs (see the module docstring). ``pages`` = (first, end), 0-based and end-exclusive,
+    extracts one range of a large PDF; a range without text returns "" (the caller, which joins the
+    ranges, decides ``no_text``)."""
     from pdfminer.high_level import extract_pages
     from pdfminer.pdfparser import PDFSyntaxError
     from pdfminer.psexceptions import PSException
@@ -143,21 +145,27 @@ def extract_pdf_text(data: bytes) -> str:
         raise PdfRefused("pdf_unreadable", f"cannot read its page tree: {type(exc).__name__}") from None
     finally:
         pdf.close()
+    first, end = pages if pages is not None else (0, None)
+    outline = [entry for entry in outline if entry[0] >= first and (end is None or entry[0] < end)]
+    numbers = set(range(first, end)) if end is not None else None
     try:
-        pages = [_page_lines(page) for page in extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True))]
+        layout = extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True), page_numbers=numbers)
+        page_lines = [_page_lines(page) for page in layout]
     except (PDFSyntaxError, PSException, RecursionError, ValueError, KeyError, TypeError, AssertionError,
             IndexError, AttributeError, ZeroDivisionError, OverflowError) as exc:
         raise PdfRefused("pdf_unreadable", f"pdfminer cannot read it: {type(exc).__name__}") from None
     except Exception as exc:  # pdfminer raises many ad-hoc types from broken files
         raise PdfRefused("pdf_unreadable", f"pdfminer failed: {type(exc).__name__}") from None
-    if not any(text.strip() for lines in pages for text, _ in lines):
+    if not any(text.strip() for lines in page_lines for text, _ in lines):
+        if pages is not None:
+            return ""
         raise PdfRefused("no_text", "the PDF has no text layer")
-    heading_levels = {} if outline else _font_headings(pages)
+    heading_levels = {} if outline else _font_headings(page_lines)
     by_page: dict[int, list[tuple[int, str]]] = collections.defaultdict(list)
     for index, depth, title in outline:
         by_page[index].append((depth, title))
     out: list[str] = []
-    for index, lines in enumerate(pages):
+    for index, lines in enumerate(page_lines, start=first):
         for depth, title in by_page.get(index, []):
             out.append(f"\n{'#' * depth} {title}\n")
         for text, size in lines:

@@ -107,16 +107,19 @@ class ParserPool:
         inspection: dict[str, Any] = result["inspection"]
         return inspection
 
-    async def extract(self, data: bytes, deadline: float = EXTRACT_SECONDS) -> str:
-        """The PDF's text, with Markdown headings from its outline or font sizes. Raises
-        `ExtractionRefused` (``no_text`` among them) or `ParserFailure`.
+    async def extract(self, data: bytes, deadline: float = EXTRACT_SECONDS,
+                      pages: tuple[int, int] | None = None) -> str:
+        """The PDF's text (or that of the 0-based, end-exclusive page range ``pages``), with Markdown
+        headings from its outline or font sizes. Raises `ExtractionRefused` (``no_text`` among them)
+        or `ParserFailure`.
 
         Cancellation: the child is killed and reaped before the cancellation propagates."""
-        result = await self.run("extract", data, deadline)
+        result = await self.run("extract", data, deadline, pages)
         text: str = result["text"]
         return text
 
-    async def run(self, op: str, data: bytes, deadline: float) -> dict[str, Any]:
+    async def run(self, op: str, data: bytes, deadline: float, pages: tuple[int, int] | None = None
+                  ) -> dict[str, Any]:
         """One job: queue for a slot, spawn, feed, read, reap — all within ``deadline`` seconds."""
         if len(data) > MAX_IO_BYTES:
             raise ExtractionRefused("pdf_too_large", f"{len(data)} bytes is above the {MAX_IO_BYTES}-byte input bound")
@@ -128,15 +131,17 @@ class ParserPool:
             async with loop_slots():
                 record.waited = time.monotonic() - asked
                 remaining = deadline - record.waited
-                return await self._run_child(record, data, remaining)
+                return await self._run_child(record, data, remaining, pages)
         record.outcome = "pdf_timeout"
         if scope.cancelled_caught:
             raise ParserFailure("pdf_timeout", f"{op} passed its {deadline:.0f} s deadline (queue included)")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _run_child(self, record: JobRecord, data: bytes, remaining: float) -> dict[str, Any]:
+    async def _run_child(self, record: JobRecord, data: bytes, remaining: float, pages: tuple[int, int] | None
+                         ) -> dict[str, Any]:
         header = json.dumps({"op": record.op, "cpu_seconds": max(1, math.ceil(remaining)) + 1,
-                             "address_space_bytes": self.address_space_bytes}).encode() + b"\n"
+                             "address_space_bytes": self.address_space_bytes,
+                             "pages": list(pages) if pages else None}).encode() + b"\n"
         process = await anyio.open_process(list(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.PIPE, start_new_session=True)
         record.pid = process.pid

@@ -4,6 +4,7 @@ deadline, with no process left and the service's own memory flat; and PDF ingest
 from __future__ import annotations
 
 import csv
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -14,6 +15,7 @@ from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 from parsers.base import ExtractionRefused
+from parsers.pdf import PdfExtractor
 from supervisors.parser_pool import ParserPool
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
@@ -107,3 +109,24 @@ async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> 
             await ingest(name)
         assert refused.value.reason == reason
     assert service.parser_pool.live == set()
+
+
+@needs_corpus
+@pytest.mark.trio
+async def test_a_large_pdf_is_split_across_both_slots() -> None:
+    large = next(r["file"] for r in manifest() if r["category"] == "large")
+    data = (PDFS / large).read_bytes()
+    pool = ParserPool()
+    extractor = PdfExtractor(pool)
+
+    async def source() -> AsyncIterator[bytes]:
+        yield data
+
+    text = await extractor.extract(source(), "application/pdf")
+    ops = [(r.op, r.outcome) for r in pool.history]
+    assert ops == [("inspect", "ok"), ("extract", "ok"), ("extract", "ok")]
+    first, second = pool.history[1], pool.history[2]
+    assert first.spawned_at is not None and second.spawned_at is not None and first.reaped_at is not None
+    assert second.spawned_at < first.reaped_at  # the two halves ran at the same time
+    assert text.count("\f") == 412  # every page once: the two halves joined
+    assert pool.live == set()
