@@ -130,6 +130,7 @@ class KnowledgeService:
                     svc = cls(settings, db, tg, server)
                     if settings.sweep_interval_seconds:
                         svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
+                    svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
                         yield svc
                     tg.cancel_scope.cancel()

@@ -5,7 +5,9 @@ on stdin (at most 32 MiB) and reads one JSON result from stdout (at most 32 MiB)
 its own CPU, address-space (Linux), core and file-size limits before it reads a byte.
 
 - **Two slots per event loop**, shared by every pool on that loop (an anyio ``RunVar``): two
-  loops in one process get two each.
+  loops in one process get two each. A slot is free, runs a job, or holds a *spare*: a child
+  already started with its libraries imported (``keep_spares``, run by the service), so a job
+  need not wait for an interpreter's start-up; a spare still serves exactly one job.
 - **Deadlines include the queue.** Inspection has 10 s and extraction 60 s from the moment the job
   *asks* for a slot; a job that waited 9 s for one has 1 s left to run.
 - **Kill and reap before release.** On timeout, cancellation or any error the child's whole process
@@ -47,7 +49,45 @@ CHILD_COMMAND = (sys.executable, "-m", "parsers.child")
 _REAP_SECONDS = 10.0
 _STDERR_KEEP = 16 * 1024
 
-_SLOTS: RunVar[anyio.CapacityLimiter] = RunVar("knowledge_parser_slots")
+_SLOTS: RunVar[LoopSlots] = RunVar("knowledge_parser_slots")
+
+
+class LoopSlots:
+    """One event loop's parser slots. A slot is free, holds a spare child (started, its libraries
+    imported, waiting for a job), or runs a job; so at most ``size`` children exist on the loop."""
+
+    def __init__(self, size: int = SLOTS_PER_LOOP) -> None:
+        self.size = size
+        self.free = size
+        self.spares: list[Process] = []
+        self.changed = anyio.Condition()
+        self.used = anyio.Event()  # spares are kept only once this loop has parsed something
+
+    async def take(self) -> Process | None:
+        """Wait for a slot; return its spare child, or None when the slot is free (spawn into it).
+        Cancellation while waiting takes nothing."""
+        async with self.changed:
+            while not self.spares and not self.free:
+                await self.changed.wait()
+            if self.spares:
+                return self.spares.pop(0)
+            self.free -= 1
+            return None
+
+    async def give_back(self) -> None:
+        async with self.changed:
+            self.free += 1
+            self.changed.notify_all()
+
+
+def loop_slots() -> LoopSlots:
+    """This event loop's parser slots (created on first use, two by default)."""
+    try:
+        return _SLOTS.get()
+    except LookupError:
+        slots = LoopSlots()
+        _SLOTS.set(slots)
+        return slots
 
 
 def _kill_group(pgid: int) -> None:
@@ -61,16 +101,6 @@ class ParserFailure(ExtractionRefused):
 
     reason = "pdf_killed"
     transient = True
-
-
-def loop_slots() -> anyio.CapacityLimiter:
-    """This event loop's parser slots (created on first use, two by default)."""
-    try:
-        return _SLOTS.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(SLOTS_PER_LOOP)
-        _SLOTS.set(limiter)
-        return limiter
 
 
 @dataclass
@@ -127,23 +157,31 @@ class ParserPool:
         self.history.append(record)
         del self.history[: -self.keep_history]
         asked = time.monotonic()
+        slots = loop_slots()
+        slots.used.set()
         with anyio.move_on_after(deadline) as scope:
-            async with loop_slots():
+            spare = await slots.take()
+            try:
                 record.waited = time.monotonic() - asked
                 remaining = deadline - record.waited
-                return await self._run_child(record, data, remaining, pages)
+                return await self._run_child(record, data, remaining, pages, spare)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await slots.give_back()  # only now: the child is dead and reaped
         record.outcome = "pdf_timeout"
         if scope.cancelled_caught:
             raise ParserFailure("pdf_timeout", f"{op} passed its {deadline:.0f} s deadline (queue included)")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _run_child(self, record: JobRecord, data: bytes, remaining: float, pages: tuple[int, int] | None
-                         ) -> dict[str, Any]:
+    async def _run_child(self, record: JobRecord, data: bytes, remaining: float, pages: tuple[int, int] | None,
+                         spare: Process | None = None) -> dict[str, Any]:
         header = json.dumps({"op": record.op, "cpu_seconds": max(1, math.ceil(remaining)) + 1,
                              "address_space_bytes": self.address_space_bytes,
                              "pages": list(pages) if pages else None}).encode() + b"\n"
-        process = await anyio.open_process(list(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, start_new_session=True)
+        if spare is not None and spare.returncode is not None:  # a spare that died idle: reap it, spawn anew
+            await self._kill_and_reap(spare, JobRecord("spare", 0.0))
+            spare = None
+        process = spare or await self._spawn()
         record.pid = process.pid
         record.spawned_at = time.monotonic()
         self.live.add(process.pid)
@@ -158,6 +196,43 @@ class ParserPool:
         finally:
             await self._kill_and_reap(process, record)
         return self._result(record, returncode, out, err)
+
+    async def _spawn(self, *extra: str) -> Process:
+        return await anyio.open_process([*self.command, *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+
+    async def keep_spares(self) -> None:
+        """Until cancelled (run it in the service's task group): fill every free slot of this loop with a
+        spare child whose libraries are already imported, so a job does not wait for a child's start-up.
+        A spare serves one job and exits like any child; slots stay the only bound on children.
+
+        Cancellation: every spare not taken by a job is killed and reaped, and its slot freed."""
+        slots = loop_slots()
+        mine: list[Process] = []
+        await slots.used.wait()  # a service that never parses a PDF never starts a spare
+        try:
+            while True:
+                async with slots.changed:
+                    while not slots.free or len(slots.spares) >= slots.size:
+                        await slots.changed.wait()
+                    slots.free -= 1
+                try:
+                    spare = await self._spawn("--warm")
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await slots.give_back()
+                    raise
+                mine.append(spare)
+                async with slots.changed:
+                    slots.spares.append(spare)
+                    slots.changed.notify_all()
+                mine = [p for p in mine if p in slots.spares]
+        finally:
+            with anyio.CancelScope(shield=True):
+                for spare in [p for p in mine if p in slots.spares]:
+                    slots.spares.remove(spare)
+                    await self._kill_and_reap(spare, JobRecord("spare", 0.0))
+                    await slots.give_back()
 
     async def _converse(self, process: Process, payload: bytes) -> tuple[bytes, bytes]:
         out = bytearray()

@@ -177,3 +177,34 @@ def test_two_event_loops_in_two_threads_get_two_slots_each() -> None:
         t.join(120)
     assert per_loop_max == [2, 2]
     assert running["max"] == 4  # two loops, two slots each, at the same time
+
+
+@pytest.mark.anyio
+async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_backend: str) -> None:
+    pool = fake_pool()
+    me = psutil.Process()
+    counts: list[int] = []
+
+    def alive() -> int:
+        return len([c for c in me.children() if c.status() != psutil.STATUS_ZOMBIE])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pool.keep_spares)
+        await anyio.sleep(0.3)
+        assert alive() == 0  # no spare before this loop parses anything
+        assert await pool.extract(b"ok") == "done ok"
+        with anyio.fail_after(10):
+            while alive() < 2:  # noqa: ASYNC110 - polling the OS, not an event
+                await anyio.sleep(0.05)
+        spare_pids = {c.pid for c in me.children()}
+        async with anyio.create_task_group() as jobs:
+            for _ in range(5):
+                jobs.start_soon(pool.extract, b"sleep 0.3")
+            for _ in range(20):
+                counts.append(alive())
+                await anyio.sleep(0.05)
+        assert spare_pids & {r.pid for r in pool.history}  # jobs ran in the spares
+        tg.cancel_scope.cancel()
+    assert max(counts) <= 2
+    await anyio.sleep(0.1)
+    assert alive() == 0 and pool.live == set()
