@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import anyio
 
 from parsers.base import ExtractionRefused, Structure
-from supervisors.parser_pool import EXTRACT_SECONDS, INSPECT_SECONDS, MAX_IO_BYTES, ParserPool
+from supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, ParserPool
 
 
 async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> bytes:
@@ -51,7 +51,8 @@ class PdfExtractor:
         began = time.monotonic()
         if len(data) < SPLIT_BYTES:
             return await self.pool.extract(data, self.deadline)
-        inspection = await self.pool.inspect(data, min(INSPECT_SECONDS, self.deadline))
+        # Part of this extraction: its deadline, not upload inspection's 10 s, bounds the inspection.
+        inspection = await self.pool.inspect(data, self.deadline)
         count = int(inspection["pages"])
         if count < SPLIT_PAGES:
             return await self.pool.extract(data, self.deadline - (time.monotonic() - began))
