@@ -64,6 +64,7 @@ async def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
+        tg.start_soon(pool.keep_spares)  # as the service runs it: spares must not leak either
         limiter = anyio.Semaphore(4)  # more callers than slots: queueing and deadlines interact
         async with anyio.create_task_group() as jobs:
             for _ in range(args.rounds):
