@@ -130,3 +130,20 @@ async def test_a_large_pdf_is_split_across_both_slots() -> None:
     assert second.spawned_at < first.reaped_at  # the two halves ran at the same time
     assert text.count("\f") == 412  # every page once: the two halves joined
     assert pool.live == set()
+
+
+@needs_corpus
+@pytest.mark.trio
+async def test_a_slow_bomb_is_stopped_by_its_deadline_and_a_greedy_one_by_its_memory_limit() -> None:
+    slow = (PDFS / "pdfjs__bug1978317.pdf").read_bytes()  # broken xref: ~8 s of pdfminer here
+    pool = ParserPool()
+    with pytest.raises(ExtractionRefused) as stopped:
+        await pool.extract(slow, deadline=2.0)
+    assert stopped.value.reason == "pdf_timeout"
+    record = pool.history[-1]
+    assert record.pid is not None and not psutil.pid_exists(record.pid)
+    tight = ParserPool(address_space_bytes=160 * 1024 * 1024)  # below what parsing this file takes
+    with pytest.raises(ExtractionRefused) as limited:
+        await tight.extract(slow, deadline=20.0)
+    assert limited.value.reason in {"pdf_killed", "pdf_unreadable"}
+    assert pool.live == set() and tight.live == set() and not psutil.Process().children(recursive=True)
