@@ -80,6 +80,7 @@ class IngestRequest:
     authority: Authority = Authority.PRINCIPAL_SUPPLIED
     sensitivity: Sensitivity = Sensitivity.INTERNAL
     document_id: uuid.UUID | None = None
+    replaces: uuid.UUID | None = None  # ingest a new version of this document
 
 
 @dataclass(frozen=True)
@@ -196,9 +197,11 @@ class Ingestor:
     async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
                       ) -> KnowledgeDocument:
         tenant = request.principal.tenant_id
-        document_id = request.document_id or uuid.uuid4()
+        document_id = request.replaces or request.document_id or uuid.uuid4()
         version = 1
         async with self.db.transaction() as tx:
+            if request.replaces is not None:
+                version = await supersede(tx, tenant, request.replaces, request.principal)
             # One statement: the source copy (made inside the server, never re-sent), the document,
             # its chunk set, the event and the outcome counter.
             row = await tx.fetchrow(
@@ -241,6 +244,33 @@ _OUTCOME_UPSERT = """
 INSERT INTO knowledge_ingest_outcomes (tenant_id, day, outcome, reason, count)
 VALUES ($1, current_date, $2, $3, 1)
 ON CONFLICT (tenant_id, day, outcome, reason) DO UPDATE SET count = knowledge_ingest_outcomes.count + 1"""
+
+
+def document_lock_key(tenant: str, document_id: uuid.UUID) -> str:
+    return f"knowledge.document/{tenant}/{document_id}"
+
+
+async def lock_document(tx: Connection, tenant: str, document_id: uuid.UUID) -> None:
+    """Serialize every version and delete of one document (held to the end of the transaction)."""
+    await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", document_lock_key(tenant, document_id))
+
+
+async def supersede(tx: Connection, tenant: str, document_id: uuid.UUID, principal: Principal) -> int:
+    """End the live version's validity and return the next version number. Concurrent new versions
+    of one document queue on its lock, so none is lost and versions stay dense. Only the principal
+    who ingested the document may version it."""
+    await lock_document(tx, tenant, document_id)
+    live = await tx.fetchrow(
+        """SELECT version, ingested_by_principal_id FROM knowledge_documents
+           WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""", tenant, document_id)
+    if live is None:
+        raise IngestRefused("document_not_found", f"no live document {document_id} to replace")
+    if live["ingested_by_principal_id"] != principal.principal_id:
+        raise IngestRefused("not_document_owner", "only the principal who ingested a document may version it")
+    await tx.execute(
+        """UPDATE knowledge_documents SET valid_to = clock_timestamp(), superseded_by = document_id
+           WHERE tenant_id = $1 AND document_id = $2 AND version = $3""", tenant, document_id, live["version"])
+    return int(live["version"]) + 1
 
 
 async def _bump(conn: Connection, tenant: str, outcome: str, reason: str) -> None:

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from knowledge.config import Settings
 from knowledge.ingest import Ingestor, IngestRequest
+from knowledge.lifecycle import DeletedChunk, delete_document, deleted_chunk
 from knowledge.metrics import IngestStats, ingest_stats
 from knowledge.models import (
     ArtifactRef,
@@ -149,10 +150,12 @@ class KnowledgeService:
         authority: Authority | str = Authority.PRINCIPAL_SUPPLIED,
         sensitivity: Sensitivity | str = Sensitivity.INTERNAL,
         document_id: UUID | None = None,
+        replaces: UUID | None = None,
     ) -> KnowledgeDocument:
         """``knowledge.ingest``: the seven steps in one transaction (see `knowledge.ingest`).
 
-        ``origin_trust`` is the calling turn's. Raises `IngestRefused` (with a reason code) and
+        ``origin_trust`` is the calling turn's; ``replaces`` ingests a new version of that document
+        (its previous version stays readable by ``as_of``). Raises `IngestRefused` (with a reason code) and
         writes nothing but an outcome counter when refused. Runs as a task of the service: closing
         the service cancels it (`ServiceClosed`); cancelling the caller rolls it back first.
         """
@@ -160,6 +163,7 @@ class KnowledgeService:
             source=source, title=title, visibility=Visibility(visibility), principal=principal,
             origin_trust=origin_trust, project_scope=project_scope, doc_date=doc_date,
             authority=Authority(authority), sensitivity=Sensitivity(sensitivity), document_id=document_id,
+            replaces=replaces,
         )
         return await call_in_group(self._task_group, self.ingestor.ingest, request)
 
@@ -169,9 +173,16 @@ class KnowledgeService:
         service cancels it with `ServiceClosed`); cancelling the caller cancels the query."""
         return await call_in_group(self._task_group, self.searcher.search, query)
 
-    async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | None:
-        """Resolve a citation (a chunk id) within a tenant; None if no such chunk exists there."""
-        return await get_chunk(self.db, tenant_id, chunk_id)
+    async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
+        """Resolve a citation (a chunk id) within a tenant: the chunk (whichever version or chunk set
+        holds it), a `DeletedChunk` if its document was deleted, or None if it never existed there."""
+        return await get_chunk(self.db, tenant_id, chunk_id) or await deleted_chunk(self.db, tenant_id, chunk_id)
+
+    async def delete(self, document_id: UUID, principal: Principal) -> int:
+        """Delete every version of a document, its chunks, index rows and postings, and expire its
+        source (the sweeper collects the bytes); returns the number of chunks deleted. Raises
+        `DeleteRefused`. Runs as a task of the service; cancellation rolls it back."""
+        return await call_in_group(self._task_group, delete_document, self.db, document_id, principal)
 
     async def inspect_pdf(self, data: bytes) -> dict[str, Any]:
         """Upload inspection of a PDF (10 s, queue included) in a parser child: page count,
