@@ -127,3 +127,52 @@ async def test_gate_deletion_cascades(service: KnowledgeService, tenant: str) ->
         tenant)
     assert event is not None and json.loads(event["payload"]) == {"versions": 2, "chunks": 2}
     assert "albatross" not in event["payload"]
+
+
+@pytest.mark.anyio
+async def test_versions_deletes_and_searches_interleaved(service: KnowledgeService, tenant: str) -> None:
+    """Many concurrent versions and deletes of the same and different documents, with searches: no
+    version lost, no passage of a deleted document after its delete committed, no deadlock."""
+    docs = [await ingest(service, tenant, V1.replace("pelican", f"pelican{i} heron")) for i in range(4)]
+    deleted_at: dict[uuid.UUID, float] = {}
+    versions: dict[uuid.UUID, int] = dict.fromkeys(docs, 1)
+    violations: list[str] = []
+
+    async def versioner(doc: uuid.UUID, rounds: int) -> None:
+        for r in range(rounds):
+            try:
+                await ingest(service, tenant, V2.replace("albatross", f"albatross{r} heron"), replaces=doc)
+                versions[doc] += 1
+            except IngestRefused as exc:
+                assert exc.reason == "document_not_found" and doc in deleted_at
+
+    async def deleter(doc: uuid.UUID) -> None:
+        await anyio.sleep(0.05)
+        await service.delete(doc, owner(tenant))
+        deleted_at[doc] = anyio.current_time()
+
+    async def searcher() -> None:
+        for _ in range(30):
+            began = anyio.current_time()
+            for p in await service.search(query(tenant, "heron procedure")):
+                if p.document_id in deleted_at and deleted_at[p.document_id] < began:
+                    violations.append(str(p.document_id))
+
+    with anyio.fail_after(60):  # a deadlock detector
+        async with anyio.create_task_group() as tg:
+            for doc in docs:
+                tg.start_soon(versioner, doc, 3)
+                tg.start_soon(versioner, doc, 3)
+            tg.start_soon(deleter, docs[0])
+            tg.start_soon(deleter, docs[1])
+            tg.start_soon(searcher)
+            tg.start_soon(searcher)
+    assert violations == []
+    for doc in docs[2:]:
+        rows = await service.db.fetch(
+            "SELECT version FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 ORDER BY 1",
+            tenant, doc)
+        assert [r["version"] for r in rows] == list(range(1, versions[doc] + 1)) and versions[doc] == 7
+    for doc in docs[:2]:
+        assert await service.db.fetchval(
+            "SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2", tenant, doc) == 0
