@@ -28,7 +28,15 @@ from typing import Any
 
 import anyio
 
-from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, PlainTextChunker, chunk_id, content_sha256
+from knowledge.chunking import (
+    CHUNKER_VERSION,
+    ChunkDraft,
+    Chunker,
+    MarkdownChunker,
+    PlainTextChunker,
+    chunk_id,
+    content_sha256,
+)
 from knowledge.errors import ArtifactNotFound, KnowledgeError
 from knowledge.models import (
     ArtifactRef,
@@ -103,12 +111,14 @@ class PreparedDocument:
         return sum(c.instruction_like for c in self.chunks)
 
 
-def prepare(raw_text: str, title: str, structure: Structure) -> PreparedDocument:
-    """Normalize, scan and chunk (pure). Raises `IngestRefused` for a secret or empty text."""
+def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | None = None) -> PreparedDocument:
+    """Normalize, scan and chunk (pure). Raises `IngestRefused` for a secret or empty text.
+    ``chunker`` replaces the default chunker for the structure (re-chunking under another version)."""
     text = normalize(raw_text)
     if not text.strip():
         raise IngestRefused("no_text", "nothing left after normalization")
-    chunker = MarkdownChunker() if structure == "markdown" else PlainTextChunker()
+    if chunker is None:
+        chunker = MarkdownChunker() if structure == "markdown" else PlainTextChunker()
     drafts = chunker.chunk(text, title)
     if not drafts:
         raise IngestRefused("no_text", "no chunk of text")
@@ -124,7 +134,7 @@ def prepare(raw_text: str, title: str, structure: Structure) -> PreparedDocument
             chunk_ordinal=holder.ordinal, heading_path=holder.heading_path,
         )
     chunks = [PreparedChunk(d, content_sha256(d.text), is_instruction_like(d.text)) for d in drafts]
-    return PreparedDocument(text, chunks)
+    return PreparedDocument(text, chunks, chunker.version)
 
 
 #: Fault-injection points (the stress suite and tests use them): called with the step's name.
@@ -189,6 +199,53 @@ class Ingestor:
             raise IngestRefused("invalid_request", "visibility=project requires a project_scope")
         if not request.title.strip() or len(request.title) > 1024:
             raise IngestRefused("invalid_request", "a title of 1 to 1024 characters is required")
+
+    async def rechunk(self, document_id: uuid.UUID, chunker: Chunker, principal: Principal) -> int:
+        """Re-chunk the live version of a document under ``chunker`` from its retained source — no
+        re-upload — as a new chunk set beside the old one, which keeps resolving as citations until
+        the document is deleted; live search reads the new set. Returns the new set's chunk count.
+        A chunker version never rewrites a chunk set in place: the same version twice is refused."""
+        tenant = principal.tenant_id
+        doc = await self.db.fetchrow(
+            """SELECT version, source_artifact_id, media_type, title, chunker_version, ingested_by_principal_id
+               FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""",
+            tenant, document_id)
+        if doc is None:
+            raise IngestRefused("document_not_found", f"no live document {document_id}")
+        if doc["ingested_by_principal_id"] != principal.principal_id:
+            raise IngestRefused("not_document_owner", "only the principal who ingested a document may re-chunk it")
+        source, stream = await self.artifacts.open_read(tenant, doc["source_artifact_id"])
+        extractor = self.registry.for_media_type(source.media_type)
+        prepared = prepare(await extractor.extract(stream, source.media_type), doc["title"], extractor.structure,
+                           chunker)
+        async with self.db.transaction() as tx:
+            await lock_document(tx, tenant, document_id)
+            live = await tx.fetchval(
+                """SELECT version FROM knowledge_documents
+                   WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""", tenant, document_id)
+            if live != doc["version"]:
+                raise IngestRefused("document_changed", "a new version arrived meanwhile; re-chunk that one")
+            exists = await tx.fetchval(
+                """SELECT 1 FROM knowledge_chunk_sets WHERE tenant_id = $1 AND document_id = $2 AND version = $3
+                   AND chunker_version = $4""", tenant, document_id, live, prepared.chunker_version)
+            if exists:
+                raise IngestRefused("already_chunked", f"chunk set {prepared.chunker_version} exists")
+            await tx.execute(
+                """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
+                   VALUES ($1, $2, $3, $4, $5)""", tenant, document_id, live, prepared.chunker_version,
+                len(prepared.chunks))
+            await tx.execute(_CHUNKS_SQL, *_chunk_columns(tenant, document_id, live, prepared))
+            await tx.execute(
+                """UPDATE knowledge_documents SET chunker_version = $4
+                   WHERE tenant_id = $1 AND document_id = $2 AND version = $3""",
+                tenant, document_id, live, prepared.chunker_version)
+            await tx.execute(
+                """INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
+                   VALUES ($1, 'knowledge.document.rechunked', $2, $3, $4, $5::jsonb)""",
+                tenant, document_id, live, principal.principal_id,
+                json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
+                            "chunk_count": len(prepared.chunks)}))
+        return len(prepared.chunks)
 
     async def _fault(self, step: str, conn: Connection) -> None:
         if self.fault_hook is not None:

@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
+from knowledge.chunking import Chunker
 from knowledge.config import Settings
 from knowledge.ingest import Ingestor, IngestRequest
 from knowledge.lifecycle import DeletedChunk, delete_document, deleted_chunk
@@ -177,6 +178,11 @@ class KnowledgeService:
         """Resolve a citation (a chunk id) within a tenant: the chunk (whichever version or chunk set
         holds it), a `DeletedChunk` if its document was deleted, or None if it never existed there."""
         return await get_chunk(self.db, tenant_id, chunk_id) or await deleted_chunk(self.db, tenant_id, chunk_id)
+
+    async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
+        """Re-chunk a document's live version under another chunker version from its stored
+        source (no re-upload); see `Ingestor.rechunk`. Runs as a task of the service."""
+        return await call_in_group(self._task_group, self.ingestor.rechunk, document_id, chunker, principal)
 
     async def delete(self, document_id: UUID, principal: Principal) -> int:
         """Delete every version of a document, its chunks, index rows and postings, and expire its

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
+from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_text
 from knowledge.ingest import IngestRefused
 from knowledge.lifecycle import DeletedChunk, DeleteRefused
 from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
@@ -176,3 +177,33 @@ async def test_versions_deletes_and_searches_interleaved(service: KnowledgeServi
     for doc in docs[:2]:
         assert await service.db.fetchval(
             "SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2", tenant, doc) == 0
+
+
+class ParagraphChunker:
+    """Another chunker version: paragraphs only, headings ignored (a real, different strategy)."""
+
+    version = "paragraphs-test-v1"
+
+    def chunk(self, text: str, title: str) -> list[ChunkDraft]:
+        return chunk_text(text, title, markdown=False)
+
+
+@pytest.mark.anyio
+async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(service: KnowledgeService,
+                                                                               tenant: str) -> None:
+    doc = await ingest(service, tenant, V1)
+    old = await service.search(query(tenant, "pelican procedure"))
+    # The caller's upload is gone: re-chunking reads the document's own retained source.
+    await service.db.execute("DELETE FROM artifacts WHERE tenant_id = $1 AND origin <> 'KNOWLEDGE_SOURCE'", tenant)
+    assert await service.rechunk(doc, ParagraphChunker(), owner(tenant)) >= 1
+    new = await service.search(query(tenant, "pelican procedure"))
+    assert new and {p.chunk_id for p in new}.isdisjoint({p.chunk_id for p in old})  # new ids, live
+    sets = await service.db.fetch(
+        "SELECT chunker_version FROM knowledge_chunk_sets WHERE tenant_id = $1 ORDER BY created_at", tenant)
+    assert [r["chunker_version"] for r in sets] == [CHUNKER_VERSION, "paragraphs-test-v1"]
+    cited = await service.get_chunk(old[0].chunk_id, tenant_id=tenant)  # the old set still resolves
+    assert isinstance(cited, KnowledgeChunk) and cited.text == old[0].text
+    with pytest.raises(IngestRefused, match="already_chunked"):
+        await service.rechunk(doc, ParagraphChunker(), owner(tenant))
+    with pytest.raises(IngestRefused, match="not_document_owner"):
+        await service.rechunk(doc, ParagraphChunker(), owner(tenant, "mallory"))
