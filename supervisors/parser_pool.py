@@ -95,6 +95,18 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+async def _group_gone(pgid: int, bound: float = 2.0) -> None:
+    """Wait (bounded) until no process of the group remains: SIGKILL is delivered asynchronously.
+    A member that its new parent has not reaped yet still counts, hence the bound."""
+    with anyio.move_on_after(bound):
+        while True:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            await anyio.sleep(0.01)
+
+
 class ParserFailure(ExtractionRefused):
     """The parse did not finish: ``pdf_timeout`` (its deadline, queue included, passed) or
     ``pdf_killed`` (the child died: a limit, a crash, a kill). Transient: a retry may succeed."""
@@ -267,6 +279,7 @@ class ParserPool:
             with anyio.move_on_after(_REAP_SECONDS):
                 record.returncode = await process.wait()
             _kill_group(process.pid)  # helpers the child may have started in its group outlive nothing
+            await _group_gone(process.pid)
             for stream in (process.stdin, process.stdout, process.stderr):
                 if stream is not None:
                     await stream.aclose()
