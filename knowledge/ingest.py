@@ -231,6 +231,10 @@ class Ingestor:
             if exists:
                 raise IngestRefused("already_chunked", f"chunk set {prepared.chunker_version} exists")
             await tx.execute(
+                """UPDATE knowledge_chunk_sets SET superseded_at = clock_timestamp()
+                   WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND superseded_at IS NULL""",
+                tenant, document_id, live)
+            await tx.execute(
                 """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
                    VALUES ($1, $2, $3, $4, $5)""", tenant, document_id, live, prepared.chunker_version,
                 len(prepared.chunks))

@@ -84,7 +84,15 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT * FROM knowledge_documents d
     WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
-      AND d.chunker_version = c.chunker_version AND {_ADMIT}) AS d
+      AND {_ADMIT}
+      -- the chunk set live then: the current one, or the one valid at as_of (re-chunking ends a set)
+      AND EXISTS (
+          SELECT 1 FROM knowledge_chunk_sets cs
+          WHERE cs.tenant_id = $1 AND cs.document_id = c.document_id AND cs.version = c.version
+            AND cs.chunker_version = c.chunker_version
+            AND CASE WHEN $8::timestamptz IS NULL THEN cs.superseded_at IS NULL
+                     ELSE cs.created_at <= $8 AND (cs.superseded_at IS NULL OR cs.superseded_at > $8) END)
+    ) AS d
 ORDER BY s.bm25 DESC, s.chunk_id  -- the scan order above is a plan, not a promise
 LIMIT $9
 """

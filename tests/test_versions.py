@@ -195,9 +195,13 @@ async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(se
     old = await service.search(query(tenant, "pelican procedure"))
     # The caller's upload is gone: re-chunking reads the document's own retained source.
     await service.db.execute("DELETE FROM artifacts WHERE tenant_id = $1 AND origin <> 'KNOWLEDGE_SOURCE'", tenant)
+    before = datetime.now(UTC)
+    await anyio.sleep(0.01)
     assert await service.rechunk(doc, ParagraphChunker(), owner(tenant)) >= 1
     new = await service.search(query(tenant, "pelican procedure"))
     assert new and {p.chunk_id for p in new}.isdisjoint({p.chunk_id for p in old})  # new ids, live
+    then = await service.search(query(tenant, "pelican procedure", as_of=before))
+    assert [p.chunk_id for p in then] == [p.chunk_id for p in old]  # as_of reads the set live then
     sets = await service.db.fetch(
         "SELECT chunker_version FROM knowledge_chunk_sets WHERE tenant_id = $1 ORDER BY created_at", tenant)
     assert [r["chunker_version"] for r in sets] == [CHUNKER_VERSION, "paragraphs-test-v1"]
