@@ -1,12 +1,25 @@
-"""The parser child: ``python -m parsers.child``. Runs one PDF job under its own limits.
+"""The parser child: ``python -m parsers.child``. Runs one PDF job under its own limits, then exits.
 
-Protocol — stdin: one JSON header line ``{"op": "inspect"|"extract", "cpu_seconds": int,
-"address_space_bytes": int|null, "pages": [first, end] | null}`` (pages: extract one 0-based,
-end-exclusive range), then the PDF bytes until EOF (at most 32 MiB). stdout: exactly
-one JSON object: ``{"ok": true, "inspection": {...}}``, ``{"ok": true, "text": "...", "pages": n}``
-or ``{"ok": false, "reason": "...", "message": "..."}``; at most 32 MiB. The limits are set before
-a byte of the PDF is read: CPU seconds, address space (Linux; Darwin rejects RLIMIT_AS and relies
-on the CPU and wall-clock limits), no core files, no file writes, few descriptors.
+Protocol (`supervisors.parser_pool` depends on it):
+
+- stdin: one JSON header line, ``{"op": "inspect"|"extract", "cpu_seconds": int,
+  "address_space_bytes": int|null, "pages": [first, end]|null}`` and ``\\n`` (at most 64 KiB), then the
+  raw PDF bytes until EOF, at most 32 MiB (more: ``pdf_too_large``). ``pages`` (optional, extract
+  only) is one 0-based, end-exclusive page range. ``address_space_bytes`` absent: 512 MiB; null: no
+  address-space limit (the pool's explicit opt-out).
+- stdout: exactly one JSON object (UTF-8, at most 32 MiB, else a ``pdf_too_large`` result), exit 0:
+  ``{"ok": true, "inspection": {...}}``, ``{"ok": true, "text": "...", "pages": n}`` or
+  ``{"ok": false, "reason": "...", "message": "..."}``. Reasons: ``pdf_encrypted``,
+  ``pdf_unreadable`` (a bad header too), ``pdf_too_large``, ``no_text``, and ``pdf_killed`` for a
+  MemoryError (the same outcome as a child the kernel kills at its limit). stdout must be a pipe:
+  under RLIMIT_FSIZE 0 writing the result to a regular file fails (``EFBIG``, exit 1).
+
+Limits come before a byte of the PDF is read (only the header precedes them, bounded): RLIMIT_CPU
+``cpu_seconds`` soft (SIGXCPU ends the child) and one more hard (SIGKILL), RLIMIT_AS (Linux only:
+Darwin rejects it and relies on the CPU limit and the pool's deadline), no core files, no file
+writes, 64 descriptors. With ``--warm`` (a spare child the pool starts ahead of a job) the parser
+libraries are imported first, while no job waits; otherwise nothing heavier than the protocol needs is
+imported before the limits.
 """
 
 from __future__ import annotations
@@ -14,65 +27,139 @@ from __future__ import annotations
 import json
 import platform
 import resource
+import signal
 import sys
+import traceback
+from typing import Any
 
 MAX_IO_BYTES = 32 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_CPU_SECONDS = 60
+DEFAULT_ADDRESS_SPACE_BYTES = 512 * 1024 * 1024
+OPEN_FILES = 64
+#: pdfminer recurses on nested objects; a little more room than 1,000 frames lets deep but honest
+#: files through, and RLIMIT_AS still bounds a hostile one.
+RECURSION_LIMIT = 5000
 
 
-def _limit(which: int, value: int) -> None:
-    _, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(which, (value, hard if hard != resource.RLIM_INFINITY else value))
+def _set(which: int, soft: int, hard: int) -> None:
+    """Lower a limit; never ask above an existing finite hard limit (only root may raise it)."""
+    _, current = resource.getrlimit(which)
+    if current != resource.RLIM_INFINITY:
+        hard = min(hard, current)
+        soft = min(soft, hard)
+    resource.setrlimit(which, (soft, hard))
 
 
 def set_limits(cpu_seconds: int, address_space_bytes: int | None) -> None:
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-    if address_space_bytes and platform.system() != "Darwin":
-        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    _limit(resource.RLIMIT_NOFILE, 64)
+    """Bound this process: CPU seconds, address space (Linux), no core files, no file writes, few fds."""
+    # With RLIMIT_FSIZE 0 a write to a regular file fails (EFBIG) instead of killing the child: qpdf's
+    # and pdfminer's warnings on a stderr that happens to be a log file must not end the job.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _set(resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1)
+    if address_space_bytes is not None and platform.system() != "Darwin":
+        _set(resource.RLIMIT_AS, address_space_bytes, address_space_bytes)
+    _set(resource.RLIMIT_CORE, 0, 0)
+    _set(resource.RLIMIT_FSIZE, 0, 0)
+    _set(resource.RLIMIT_NOFILE, OPEN_FILES, OPEN_FILES)
+
+
+def _refusal(reason: str, message: str) -> dict[str, object]:
+    return {"ok": False, "reason": reason, "message": message}
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def parse_header(line: bytes) -> dict[str, Any] | str:
+    """The validated header (defaults filled in), or why it is not one."""
+    if not line.endswith(b"\n"):
+        return f"no header line within {MAX_HEADER_BYTES} bytes"
+    try:
+        header = json.loads(line)
+    except ValueError:
+        return "the header is not JSON"
+    if not isinstance(header, dict):
+        return "the header is not a JSON object"
+    if header.get("op") not in ("inspect", "extract"):
+        return f"unknown op {header.get('op')!r}"
+    header.setdefault("cpu_seconds", DEFAULT_CPU_SECONDS)
+    header.setdefault("address_space_bytes", DEFAULT_ADDRESS_SPACE_BYTES)
+    if not _positive_int(header["cpu_seconds"]):
+        return "cpu_seconds must be a positive integer"
+    if header["address_space_bytes"] is not None and not _positive_int(header["address_space_bytes"]):
+        return "address_space_bytes must be a positive integer or null"
+    pages = header.get("pages")
+    if pages is not None and not (isinstance(pages, list) and len(pages) == 2
+                                  and all(isinstance(p, int) and not isinstance(p, bool) for p in pages)
+                                  and 0 <= pages[0] < pages[1]):
+        return "pages must be [first, end] with 0 <= first < end"
+    return header
+
+
+def run(header: dict[str, Any], data: bytes) -> dict[str, object]:
+    """One job, its outcome as the result object. Refusals and failures are results, not exceptions."""
+    sys.setrecursionlimit(RECURSION_LIMIT)
+    from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+
+    try:
+        if header["op"] == "inspect":
+            return {"ok": True, "inspection": inspect_pdf_bytes(data).as_marker()}
+        pages = header.get("pages")
+        text = extract_pdf_text(data, (pages[0], pages[1]) if pages else None)
+        return {"ok": True, "text": text, "pages": text.count("\f")}
+    except PdfRefused as refused:
+        return _refusal(refused.reason, refused.message)
+    except RecursionError:
+        return _refusal("pdf_unreadable", "the PDF nests too deeply")
+    except MemoryError:
+        # Returned, not raised: leaving this block frees the frames that held the parse's memory,
+        # so the small result can still be written.
+        return _refusal("pdf_killed", "the parse exceeded its memory limit")
+    except Exception as exc:  # a parser bug on a hostile file is still an answer, not a crash
+        traceback.print_exc(limit=8)
+        return _refusal("pdf_unreadable", f"the parser failed: {type(exc).__name__}")
 
 
 def _emit(result: dict[str, object]) -> None:
-    payload = json.dumps(result, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
     if len(payload) > MAX_IO_BYTES:
-        payload = json.dumps({"ok": False, "reason": "pdf_too_large",
-                              "message": "the extracted text is above the 32 MiB output bound"}).encode()
+        del payload
+        payload = json.dumps(_refusal("pdf_too_large", "the result is above the 32 MiB output bound")).encode()
     sys.stdout.buffer.write(payload)
     sys.stdout.buffer.flush()
 
 
-def main() -> None:
+def main() -> int:
+    """Read the header, set the limits, read the PDF, run the job, write its one result."""
     if "--warm" in sys.argv:
-        # A spare: import the parsers now, while no job waits; the limits still come before the PDF.
-        import parsers.pdf_extract  # noqa: F401
-    header = json.loads(sys.stdin.buffer.readline() or b"{}")
-    set_limits(int(header.get("cpu_seconds", 60)), header.get("address_space_bytes", 512 * 1024 * 1024))
+        # A spare: pay the imports now, while no job waits; the limits still precede the PDF's bytes.
+        from parsers.pdf_extract import preload
+
+        preload()
+    header = parse_header(sys.stdin.buffer.readline(MAX_HEADER_BYTES))
+    if isinstance(header, str):
+        _emit(_refusal("pdf_unreadable", f"bad request: {header}"))
+        return 0
+    set_limits(header["cpu_seconds"], header["address_space_bytes"])
     data = sys.stdin.buffer.read(MAX_IO_BYTES + 1)
     if len(data) > MAX_IO_BYTES:
-        _emit({"ok": False, "reason": "pdf_too_large", "message": "input above the 32 MiB bound"})
-        return
-    sys.setrecursionlimit(5000)
-    from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+        _emit(_refusal("pdf_too_large", f"input above the {MAX_IO_BYTES}-byte bound"))
+        return 0
+    import logging
 
+    # pdfminer logs a warning per broken object; a hostile file can make millions of them.
+    logging.getLogger("pdfminer").setLevel(logging.ERROR)
+    result = run(header, data)
+    del data
     try:
-        if header.get("op") == "inspect":
-            _emit({"ok": True, "inspection": inspect_pdf_bytes(data).as_marker()})
-        elif header.get("op") == "extract":
-            pages = header.get("pages")
-            text = extract_pdf_text(data, (int(pages[0]), int(pages[1])) if pages else None)
-            _emit({"ok": True, "text": text, "pages": text.count("\f")})
-        else:
-            _emit({"ok": False, "reason": "pdf_unreadable", "message": f"unknown op {header.get('op')!r}"})
-    except PdfRefused as refused:
-        _emit({"ok": False, "reason": refused.reason, "message": refused.message})
-    except RecursionError:
-        _emit({"ok": False, "reason": "pdf_unreadable", "message": "the PDF nests too deeply"})
-    except MemoryError:
-        _emit({"ok": False, "reason": "pdf_killed", "message": "the parse exceeded its memory limit"})
+        _emit(result)
+    except MemoryError:  # encoding a huge text can be the allocation that fails
+        del result
+        _emit(_refusal("pdf_killed", "the result exceeded the memory limit"))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

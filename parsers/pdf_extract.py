@@ -1,34 +1,86 @@
-"""PDF inspection (pikepdf) and text extraction (pdfminer.six) — the code that runs INSIDE the
-parser child (`parsers.child`). Importable and testable in process, but the service only ever
-runs it in a disposable, rlimit-bounded child (`supervisors.parser_pool`).
+"""PDF inspection (pikepdf) and text extraction (pdfminer.six): the code that runs INSIDE the parser
+child (`parsers.child`). Importable and testable in process, but the service only ever runs it in a
+disposable, rlimit-bounded child (`supervisors.parser_pool`): pdfminer inflates whole streams in
+memory and recurses on nested objects, so only the child's limits protect anything.
 
-Structure for the chunker: the text is Markdown-shaped. Outline entries become ``#`` headings
-(level = outline depth) at the start of the page they point to; without an outline, text lines
-set clearly larger than the body font become headings (levels by size rank, at most three). A
-body line that would read as a Markdown heading (``#`` first) is escaped as ``\\#`` so that the
-only headings are the ones derived here. Pages end with a form feed (dropped by normalization).
+Refusals (`PdfRefused.reason`): ``pdf_encrypted`` (any encryption, decided by pikepdf alone: pdfminer
+silently decrypts empty-password and owner-only files), ``pdf_unreadable``, ``pdf_too_large`` (above
+32 MiB or `MAX_PAGES` pages) and ``no_text`` (no text layer: scans, images, blank pages).
+
+The text is Markdown-shaped, for the chunker:
+
+- **Headings from the outline.** Each outline entry (explicit or named destination, ``/Dest`` or a
+  ``/GoTo`` action) that resolves to a page becomes a heading of its outline depth. On that page the
+  text line that *is* the heading (its text equals the title, case-insensitively, perhaps after a
+  section number such as ``1.2`` or ``Chapter 3``, perhaps wrapped over up to three lines) becomes
+  the heading line, so the heading sits where the section starts and its text is not repeated.
+  An entry with no such line is inserted before the first line below its destination's ``top``
+  (``/XYZ``, ``/FitH``, ``/FitBH``, ``/FitR``), else at the start of the page (after the previous
+  entry's heading on that page).
+- **Headings from font sizes.** Body size = the size most characters are set in; lines at least
+  `HEADING_RATIO` times larger become headings, the largest `FONT_LEVELS` sizes (that have a line
+  with a letter) ranked into levels. Adjacent lines of one heading size (a wrapped title, a number set
+  apart from its title) merge into one heading; a heading needs a letter and at most
+  `MAX_HEADING_CHARS` characters, else it stays body text. With an outline, font sizes only add
+  *deeper* headings: sizes above the body but below the smallest heading the outline matched, levels
+  continuing below the outline's depth, after the first outline heading (a manual whose outline stops
+  at sections still gets its subsections). If no outline entry matched a line, only the outline is used.
+- **Body text is the PDF's text.** pdfminer's text boxes become paragraphs (a blank line between
+  them), its lines stay lines, whitespace runs inside a line become one space. Nothing is escaped.
+  A body line that would change the Markdown *block* structure (an ATX heading ``# …``, a setext
+  underline ``===``/``---`` — also a front-matter fence —, a code fence, or an HTML block that runs
+  past blank lines such as ``<pre>`` or ``<!--``) is indented by four spaces: whitespace only, the
+  text stays verbatim, but CommonMark then reads it as a paragraph continuation or an indented code
+  block. So the headings derived here are the only top-level headings, and no body line can swallow
+  them into a code fence or HTML block (every derived heading stands at column 0 between blank lines).
+- Cleaning, all of it non-textual: control characters (NUL among them: PostgreSQL text cannot hold
+  it) are dropped, lone surrogates become U+FFFD (the result must encode as UTF-8), and the Latin
+  typographic ligatures U+FB00-FB06 (``ﬁ``) become their letters, glyph choices that would otherwise
+  hide words from search.
+- Every page ends with a form feed on its own line (``\\f``, removed by normalization as trailing
+  whitespace), so ``text.count("\\f")`` is the number of pages extracted and two page ranges
+  concatenate into the whole.
 """
 
 from __future__ import annotations
 
 import collections
 import io
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import pikepdf
-from pdfminer.layout import LAParams, LTChar, LTContainer, LTPage, LTTextLine
 
 MAX_INPUT_BYTES = 32 * 1024 * 1024
+#: No legitimate upload needs more; at ~20 pages/s it would not finish within the 60 s deadline anyway.
 MAX_PAGES = 2000
+#: A page pdfminer fails on (content stream errors, recursion) contributes no text; when more than
+#: this share of the pages fails, the file is refused as unreadable rather than returned mostly empty.
+MAX_FAILED_PAGE_SHARE = 0.5
 HEADING_RATIO = 1.2  # a line this much larger than the body font is a heading
+FONT_LEVELS = 3
 MAX_HEADING_CHARS = 120
+#: Vertical slack (points) when comparing a line's top with an outline destination's ``top``.
+TOP_SLACK = 4.0
+MAX_OUTLINE_ENTRIES = 10_000
+#: Outline entries of one page searched for in its lines; more (a hostile outline) are inserted
+#: unmatched, so placing them costs O(entries), not O(entries x lines).
+MAX_MATCHED_PER_PAGE = 200
+OUTLINE_DEPTH = 15  # pikepdf's default; deeper entries are not read (and would be level 6 anyway)
+
+REASONS = frozenset({"pdf_encrypted", "pdf_unreadable", "pdf_too_large", "no_text"})
 
 
 class PdfRefused(Exception):
-    """``pdf_encrypted``, ``pdf_unreadable``, ``pdf_too_large`` or ``no_text``."""
+    """The PDF cannot become text: ``reason`` is ``pdf_encrypted``, ``pdf_unreadable``,
+    ``pdf_too_large`` or ``no_text``; ``message`` says why, without the document's content."""
 
     def __init__(self, reason: str, message: str) -> None:
+        if reason not in REASONS:
+            raise ValueError(f"unknown refusal reason {reason!r}")
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
@@ -36,156 +88,489 @@ class PdfRefused(Exception):
 
 @dataclass(frozen=True)
 class PdfInspection:
+    """What upload inspection learns without extracting text. ``encrypted`` is always False in a
+    returned inspection (an encrypted PDF is refused); it is kept so the marker states it.
+    ``has_outline``: the outline has at least one entry that resolves to a page."""
+
     pages: int
     encrypted: bool
     has_outline: bool
     pdf_version: str
 
     def as_marker(self) -> dict[str, object]:
-        """A JSON-safe upload-inspection marker for the artifact."""
+        """A JSON-safe dict kept on the artifact as its upload-inspection marker."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One outline entry: 0-based page index, level (1..6), title, destination top (points) or None."""
+
+    page: int
+    level: int
+    title: str
+    top: float | None
+
+
+# --- pikepdf: opening, encryption, page count, outline ------------------------------------------------
 
 
 def _open(data: bytes) -> pikepdf.Pdf:
     if len(data) > MAX_INPUT_BYTES:
-        raise PdfRefused("pdf_too_large", f"{len(data)} bytes is above {MAX_INPUT_BYTES}")
+        raise PdfRefused("pdf_too_large", f"{len(data)} bytes is above the {MAX_INPUT_BYTES}-byte bound")
     try:
         pdf = pikepdf.open(io.BytesIO(data))
     except pikepdf.PasswordError:
         raise PdfRefused("pdf_encrypted", "the PDF needs a password") from None
-    except (pikepdf.PdfError, ValueError, OSError, RecursionError) as exc:
+    except MemoryError:
+        raise
+    except Exception as exc:  # qpdf reports broken files as PdfError, and some as other types
         raise PdfRefused("pdf_unreadable", f"pikepdf cannot open it: {type(exc).__name__}") from None
-    if pdf.is_encrypted:  # owner-only restrictions too: pdfminer would silently decrypt them
+    if pdf.is_encrypted:  # owner-only restrictions and empty user passwords too: pdfminer would decrypt them
         pdf.close()
         raise PdfRefused("pdf_encrypted", "the PDF is encrypted")
     return pdf
 
 
-def _outline(pdf: pikepdf.Pdf) -> list[tuple[int, int, str]]:
-    """(page index, depth, title) of every outline entry that points at a page, in outline order."""
-    pages: dict[tuple[int, int], int] = {page.obj.objgen: i for i, page in enumerate(pdf.pages)}
-    found: list[tuple[int, int, str]] = []
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return None
+    return float(value)
 
-    def walk(items: Any, depth: int) -> None:
-        for item in items:
-            dest = item.destination
-            if dest is None and item.action is not None and item.action.get("/D") is not None:
-                dest = item.action.get("/D")
-            target = None
-            if isinstance(dest, pikepdf.Array) and len(dest) > 0 and isinstance(dest[0], pikepdf.Dictionary):
-                target = pages.get(dest[0].objgen)
-            title = " ".join(str(item.title).split())
-            if target is not None and title:
-                found.append((target, min(depth, 6), title))
-            if depth < 6:
-                walk(item.children, depth + 1)
 
+def _top(array: pikepdf.Array) -> float | None:
+    """The destination's ``top`` (PDF 32000 12.3.2.2), where its fit type has one."""
+    kind = str(array[1]) if len(array) > 1 else ""
+    position = {"/XYZ": 3, "/FitH": 2, "/FitBH": 2, "/FitR": 5}.get(kind)
+    return _number(array[position]) if position is not None and len(array) > position else None
+
+
+class _Destinations:
+    """Resolves an outline entry's destination to (page index, top)."""
+
+    def __init__(self, pdf: pikepdf.Pdf) -> None:
+        self.pdf = pdf
+        self.pages: dict[tuple[int, int], int] = {}
+        for index, page in enumerate(pdf.pages):
+            objgen = page.obj.objgen
+            if objgen != (0, 0):  # a direct page object has no identity to point at
+                self.pages.setdefault(objgen, index)
+        self.count = len(pdf.pages)
+        self._tree: pikepdf.NameTree | bool | None = False  # False: not looked up yet
+
+    def _named(self, name: str) -> object:
+        if self._tree is False:
+            self._tree = None
+            names = self.pdf.Root.get("/Names")
+            tree = names.get("/Dests") if isinstance(names, pikepdf.Dictionary) else None
+            if isinstance(tree, pikepdf.Dictionary):
+                self._tree = pikepdf.NameTree(tree)
+        if isinstance(self._tree, pikepdf.NameTree) and name in self._tree:
+            return self._tree[name]
+        return None
+
+    def resolve(self, dest: object) -> tuple[int, float | None] | None:
+        if isinstance(dest, pikepdf.String):  # a named destination (PDF 1.2+ name tree)
+            dest = self._named(str(dest))
+        elif isinstance(dest, pikepdf.Name):  # a named destination (PDF 1.1 /Dests dictionary)
+            legacy = self.pdf.Root.get("/Dests")
+            dest = legacy.get(dest) if isinstance(legacy, pikepdf.Dictionary) else None
+        if isinstance(dest, pikepdf.Dictionary):  # a name's value may be a dictionary holding /D
+            dest = dest.get("/D")
+        if not isinstance(dest, pikepdf.Array) or len(dest) == 0:
+            return None
+        target = dest[0]
+        if isinstance(target, pikepdf.Dictionary):
+            index = self.pages.get(target.objgen)
+        else:  # some producers write a page number where a page reference belongs
+            number = _number(target)
+            index = int(number) if number is not None and 0 <= number < self.count else None
+        return None if index is None else (index, _top(dest))
+
+
+def _outline(pdf: pikepdf.Pdf) -> list[_Entry]:
+    """Every outline entry that points at a page, in outline order. pikepdf's reader stops at
+    repeated objects (cyclic outlines end) and at `OUTLINE_DEPTH`; a broken outline is no outline."""
     try:
-        with pdf.open_outline() as outline:
-            walk(outline.root, 1)
-    except (pikepdf.PdfError, RecursionError, ValueError, AttributeError, TypeError):
+        if "/Outlines" not in pdf.Root:
+            return []
+        outline = pdf.open_outline(max_depth=OUTLINE_DEPTH)  # not as a context manager: that writes it back
+        roots = list(outline.root)
+        destinations = _Destinations(pdf)
+    except MemoryError:
+        raise
+    except Exception:
         return []
+    found: list[_Entry] = []
+    pending: list[tuple[Any, int]] = [(item, 1) for item in reversed(roots)]
+    seen = 0
+    while pending and seen < MAX_OUTLINE_ENTRIES:  # iterative: no recursion on deep outlines
+        item, depth = pending.pop()
+        seen += 1
+        try:
+            dest = item.destination
+            action = item.action
+            if dest is None and isinstance(action, pikepdf.Dictionary) and action.get("/S") == pikepdf.Name.GoTo:
+                dest = action.get("/D")
+            where = destinations.resolve(dest)
+            title = " ".join(_clean(str(item.title)).split())
+        except MemoryError:
+            raise
+        except Exception:  # one malformed entry costs that entry only
+            where, title = None, ""
+        if where is not None and _has_word(title):
+            found.append(_Entry(where[0], min(depth, 6), title, where[1]))
+        pending.extend((child, depth + 1) for child in reversed(item.children))
     return found
 
 
 def inspect_pdf_bytes(data: bytes) -> PdfInspection:
-    """Open with pikepdf: page count, encryption (refused), outline."""
+    """Upload inspection with pikepdf: page count, outline, version. Refuses encrypted PDFs (any
+    encryption: a user password, or owner-only restrictions), unreadable ones, and those above 32 MiB
+    or `MAX_PAGES` pages. Reads no content stream, so it is fast even on a decompression bomb."""
+    pages, outline, version = _structure(data)
+    return PdfInspection(pages=pages, encrypted=False, has_outline=bool(outline), pdf_version=version)
+
+
+def _structure(data: bytes) -> tuple[int, list[_Entry], str]:
     pdf = _open(data)
     try:
         count = len(pdf.pages)
-        has_outline = bool(_outline(pdf))
-        return PdfInspection(pages=count, encrypted=False, has_outline=has_outline, pdf_version=str(pdf.pdf_version))
-    except (pikepdf.PdfError, RecursionError, ValueError) as exc:
+    except MemoryError:
+        pdf.close()
+        raise
+    except Exception as exc:  # a page tree qpdf cannot walk
+        pdf.close()
         raise PdfRefused("pdf_unreadable", f"cannot read its page tree: {type(exc).__name__}") from None
+    try:
+        if count > MAX_PAGES:
+            raise PdfRefused("pdf_too_large", f"{count} pages is above {MAX_PAGES}")
+        return count, _outline(pdf), str(pdf.pdf_version)
     finally:
         pdf.close()
 
 
-def _line_size(line: LTTextLine) -> float:
-    sizes = [round(ch.size, 1) for ch in line if isinstance(ch, LTChar)]
-    return max(sizes) if sizes else 0.0
+# --- pdfminer: text lines with their font sizes and positions -----------------------------------------
+# pdfminer is imported inside the functions that use it: inspection needs only pikepdf, and a cold
+# child that only inspects saves its import (~0.1 s). A spare child calls `preload` instead.
 
 
-def _escape(line: str) -> str:
-    return "\\" + line if line.lstrip().startswith("#") else line
+def preload() -> None:
+    """Import everything extraction needs (for a spare child that waits for its job)."""
+    import pdfminer.converter
+    import pdfminer.layout
+    import pdfminer.pdfdocument
+    import pdfminer.pdfinterp
+    import pdfminer.pdfpage
+    import pdfminer.pdfparser  # noqa: F401
 
 
-def _page_lines(page: LTPage) -> list[tuple[str, float]]:
-    """Text lines in layout order, those inside figures (Form XObjects) included."""
-    lines: list[tuple[str, float]] = []
+@dataclass
+class _Line:
+    text: str
+    size: float  # the size most of the line's characters are set in, to the half point
+    top: float
+    bottom: float
+    left: float
+    box: int  # the text box (paragraph) of the page it belongs to
+    level: int = 0  # > 0: this line is a heading of that level
+    heading: str = ""  # the heading's text (this line merged with the ones it absorbed)
+    absorbed: bool = False  # part of the heading on an earlier line
 
-    def walk(container: LTContainer[Any]) -> None:
-        for element in container:
-            if isinstance(element, LTTextLine):
-                text = " ".join(element.get_text().split())
-                if text:
-                    lines.append((text, _line_size(element)))
-            elif isinstance(element, LTContainer):
-                walk(element)
 
-    walk(page)
+@dataclass
+class _Page:
+    lines: list[_Line] = field(default_factory=list)
+    inserted: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # before line i: (level, title)
+
+
+_CONTROLS = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)])
+_LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}
+_CLEAN = str.maketrans({**_CONTROLS, **_LIGATURES, 0x09: " ", 0x0A: " ", 0x0D: " "})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CID = re.compile(r"\(cid:\d+\)")  # pdfminer's stand-in for a glyph with no Unicode mapping
+
+
+def _clean(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text.translate(_CLEAN))
+
+
+def _has_word(text: str) -> bool:
+    return any(ch.isalpha() for ch in text)
+
+
+def _is_text(text: str) -> bool:
+    """True when ``text`` holds a real character: not only whitespace, U+FFFD or unmapped glyphs."""
+    return any(not ch.isspace() and ch != "\ufffd" for ch in _CID.sub("", text))
+
+
+def _line(element: Any, box: int) -> _Line | None:
+    from pdfminer.layout import LTChar
+
+    text = " ".join(_clean(element.get_text()).split())
+    if not text:
+        return None
+    sizes: collections.Counter[float] = collections.Counter(
+        round(ch.size * 2) / 2 for ch in element if isinstance(ch, LTChar))
+    # The most common size, ties to the larger: a superscript or a drop cap does not make the line's size.
+    size = max(sizes.items(), key=lambda kv: (kv[1], kv[0]))[0] if sizes else 0.0
+    return _Line(text, size, float(element.y1), float(element.y0), float(element.x0), box)
+
+
+def _page_lines(layout: Any) -> list[_Line]:
+    """Text lines in pdfminer's reading order; each text box is a paragraph. Text inside figures
+    (Form XObjects) is included (``all_texts``)."""
+    from pdfminer.layout import LTContainer, LTTextBox, LTTextLine
+
+    lines: list[_Line] = []
+    box = 0
+    stack: list[Iterator[Any]] = [iter(layout)]
+    while stack:  # iterative: figures nest
+        element = next(stack[-1], None)
+        if element is None:
+            stack.pop()
+            continue
+        if isinstance(element, LTTextBox):
+            box += 1
+            lines.extend(line for item in element if isinstance(item, LTTextLine) and (line := _line(item, box)))
+        elif isinstance(element, LTTextLine):
+            box += 1
+            if line := _line(element, box):
+                lines.append(line)
+        elif isinstance(element, LTContainer):
+            stack.append(iter(element))
     return lines
 
 
-def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None) -> str:
-    """The PDF's text with Markdown headings; refuses encrypted, unreadable, oversized and
-    text-less PDFs (see the module docstring). ``pages`` = (first, end), 0-based and end-exclusive,
-    extracts one range of a large PDF; a range without text returns "" (the caller, which joins the
-    ranges, decides ``no_text``)."""
-    from pdfminer.high_level import extract_pages
-    from pdfminer.pdfparser import PDFSyntaxError
-    from pdfminer.psexceptions import PSException
+def _layout(data: bytes, first: int, end: int | None) -> list[list[_Line]]:
+    """Each page's lines from ``first`` to ``end`` (exclusive). A page whose content pdfminer cannot
+    interpret contributes no lines; more than `MAX_FAILED_PAGE_SHARE` of them refuses the file."""
+    from pdfminer.converter import PDFPageAggregator
+    from pdfminer.layout import LAParams
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
+    from pdfminer.pdfpage import PDFPage
+    from pdfminer.pdfparser import PDFParser
 
-    pdf = _open(data)
+    pages: list[list[_Line]] = []
+    failed: list[str] = []
     try:
-        if len(pdf.pages) > MAX_PAGES:
-            raise PdfRefused("pdf_too_large", f"{len(pdf.pages)} pages is above {MAX_PAGES}")
-        outline = _outline(pdf)
-    except (pikepdf.PdfError, RecursionError, ValueError) as exc:
-        raise PdfRefused("pdf_unreadable", f"cannot read its page tree: {type(exc).__name__}") from None
-    finally:
-        pdf.close()
-    first, end = pages if pages is not None else (0, None)
-    outline = [entry for entry in outline if entry[0] >= first and (end is None or entry[0] < end)]
-    numbers = set(range(first, end)) if end is not None else None
-    try:
-        layout = extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True), page_numbers=numbers)
-        page_lines = [_page_lines(page) for page in layout]
-    except (PDFSyntaxError, PSException, RecursionError, ValueError, KeyError, TypeError, AssertionError,
-            IndexError, AttributeError, ZeroDivisionError, OverflowError) as exc:
+        document = PDFDocument(PDFParser(io.BytesIO(data)))
+        manager = PDFResourceManager(caching=True)
+        device = PDFPageAggregator(manager, laparams=LAParams(all_texts=True))
+        interpreter = PDFPageInterpreter(manager, device)
+        for index, page in enumerate(PDFPage.create_pages(document)):
+            if index < first:
+                continue
+            if end is not None and index >= end:
+                break
+            try:
+                interpreter.process_page(page)
+                pages.append(_page_lines(device.get_result()))
+            except MemoryError:
+                raise
+            except Exception as exc:  # PSEOF, PDFSyntaxError, RecursionError, KeyError, ...: this page only
+                failed.append(type(exc).__name__)
+                pages.append([])
+    except MemoryError:
+        raise
+    except Exception as exc:  # the document itself (xref, trailer, page tree): nothing to trust
         raise PdfRefused("pdf_unreadable", f"pdfminer cannot read it: {type(exc).__name__}") from None
-    except Exception as exc:  # pdfminer raises many ad-hoc types from broken files
-        raise PdfRefused("pdf_unreadable", f"pdfminer failed: {type(exc).__name__}") from None
-    if not any(text.strip() for lines in page_lines for text, _ in lines):
-        if pages is not None:
-            return ""
-        raise PdfRefused("no_text", "the PDF has no text layer")
-    heading_levels = {} if outline else _font_headings(page_lines)
-    by_page: dict[int, list[tuple[int, str]]] = collections.defaultdict(list)
-    for index, depth, title in outline:
-        by_page[index].append((depth, title))
-    out: list[str] = []
-    for index, lines in enumerate(page_lines, start=first):
-        for depth, title in by_page.get(index, []):
-            out.append(f"\n{'#' * depth} {title}\n")
-        for text, size in lines:
-            level = heading_levels.get(size)
-            if level and len(text) <= MAX_HEADING_CHARS:
-                out.append(f"\n{'#' * level} {text}\n")
-            else:
-                out.append(_escape(text))
-        out.append("\f")
-    return "\n".join(out).strip("\n") + "\n"
+    if failed and len(failed) > MAX_FAILED_PAGE_SHARE * len(pages):
+        raise PdfRefused("pdf_unreadable", f"pdfminer failed on {len(failed)} of {len(pages)} pages: {failed[0]}")
+    return pages
 
 
-def _font_headings(pages: list[list[tuple[str, float]]]) -> dict[float, int]:
-    """Font sizes clearly above the body's (the size most characters are set in) -> heading level."""
+# --- headings -----------------------------------------------------------------------------------------
+
+_SECTION_NUMBER = re.compile(
+    r"(?:(?:chapter|section|part|appendix)\s+)?(?:\d+(?:\.\d+)*|[ivxlcdm]+|[a-z]|[a-z]\.\d+(?:\.\d+)*)[.:)]?")
+
+
+def _key(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _is_title(text: str, title: str) -> bool:
+    """``text`` is the outline ``title`` (case-insensitive), perhaps after a section number."""
+    text, title = _key(text), _key(title)
+    if text == title:
+        return True
+    if not text.endswith(" " + title):
+        return False
+    return _SECTION_NUMBER.fullmatch(text[: -len(title) - 1]) is not None
+
+
+def _find_title(lines: list[_Line], start: int, entry: _Entry) -> tuple[int, int] | None:
+    """(index, number of lines) of the first free line(s) from ``start`` that read as the entry's
+    title; with a known destination top, a match at or below it is preferred."""
+    fallback: tuple[int, int] | None = None
+    for i in range(start, len(lines)):
+        joined = ""
+        for n in range(3):  # a title wrapped over up to three lines
+            if i + n >= len(lines) or lines[i + n].level or lines[i + n].absorbed:
+                break
+            joined = f"{joined} {lines[i + n].text}".strip()
+            if len(joined) > len(entry.title) + 24:  # room for a section number, no more
+                break
+            if _is_title(joined, entry.title):
+                if entry.top is None or lines[i].top <= entry.top + TOP_SLACK:
+                    return i, n + 1
+                fallback = fallback or (i, n + 1)  # above its destination: only if nothing better
+                break
+    return fallback
+
+
+def _place_outline(pages: list[_Page], first: int, outline: list[_Entry]) -> list[float]:
+    """Make outline entries headings on their pages; returns the font sizes of the lines matched."""
+    by_page: dict[int, list[_Entry]] = collections.defaultdict(list)
+    for entry in outline:
+        if first <= entry.page < first + len(pages):
+            by_page[entry.page - first].append(entry)
+    matched: list[float] = []
+    for index, entries in by_page.items():
+        page = pages[index]
+        cursor = 0  # entries on one page keep their outline order
+        for n, entry in enumerate(entries):
+            found = _find_title(page.lines, cursor, entry) if n < MAX_MATCHED_PER_PAGE else None
+            if found is not None:
+                at, count = found
+                page.lines[at].level = entry.level
+                page.lines[at].heading = " ".join(line.text for line in page.lines[at:at + count])
+                for line in page.lines[at + 1:at + count]:
+                    line.absorbed = True
+                matched.append(page.lines[at].size)
+                cursor = at + count
+                continue
+            if entry.top is not None:
+                below = (i for i in range(cursor, len(page.lines)) if page.lines[i].top <= entry.top + TOP_SLACK)
+                cursor = next(below, len(page.lines))
+            page.inserted.setdefault(cursor, []).append((entry.level, entry.title))
+    return matched
+
+
+def _font_levels(pages: list[_Page], below: float | None, base: int) -> dict[float, int]:
+    """Heading sizes -> levels: sizes at least `HEADING_RATIO` times the body's (and under ``below``,
+    when the outline already owns the larger sizes), largest first, levels after ``base``."""
     weight: collections.Counter[float] = collections.Counter()
-    for lines in pages:
-        for text, size in lines:
-            weight[size] += len(text)
+    worded: set[float] = set()  # sizes some line of which could be a heading: digits alone take no rank
+    for page in pages:
+        for line in page.lines:
+            if not line.level and not line.absorbed:
+                weight[line.size] += len(line.text)
+                if _has_word(line.text) and len(line.text) <= MAX_HEADING_CHARS:
+                    worded.add(line.size)
     if not weight:
         return {}
     body = weight.most_common(1)[0][0]
-    larger = sorted((s for s in weight if body > 0 and s >= body * HEADING_RATIO), reverse=True)[:3]
-    return {size: level for level, size in enumerate(larger, start=1)}
+    if body <= 0:
+        return {}
+    sizes = sorted((s for s in worded if s >= body * HEADING_RATIO and (below is None or s < below)), reverse=True)
+    return {size: min(base + rank, 6) for rank, size in enumerate(sizes[:FONT_LEVELS], start=1)}
+
+
+def _place_font_headings(pages: list[_Page], levels: dict[float, int], under_outline: bool) -> None:
+    """Make lines set in a heading size headings. ``under_outline``: the levels continue below the
+    outline's, so they start only after the first outline heading (a title page's date is no
+    subsection)."""
+    started = not under_outline
+    for page in pages:
+        lines = page.lines
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            started = started or bool(line.level) or i in page.inserted
+            level = levels.get(line.size, 0)
+            if not started or not level or line.level or line.absorbed:
+                i += 1
+                continue
+            run = [line]  # adjacent lines of the same size, close together: one wrapped heading
+            while (i + len(run) < len(lines) and (nxt := lines[i + len(run)]).size == line.size
+                   and not nxt.level and not nxt.absorbed and i + len(run) not in page.inserted
+                   and run[-1].bottom - nxt.top <= line.size):
+                run.append(nxt)
+            # Pieces set on one baseline (a section number in its own box) read left to right.
+            ordered = sorted(run, key=lambda ln: (-round(ln.bottom), ln.left))
+            text = " ".join(ln.text for ln in ordered)
+            if _has_word(text) and len(text) <= MAX_HEADING_CHARS:
+                line.level, line.heading = level, text
+                for other in run[1:]:
+                    other.absorbed = True
+            i += len(run)
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+
+#: Body lines that would change CommonMark's block structure; see the module docstring.
+_BLOCK_START = re.compile(
+    r"#{1,6}(?:[ \t]|$)"  # ATX heading
+    r"|(?:=+|-+)[ \t]*$"  # setext underline; "---" also opens front matter at the very start
+    r"|`{3}|~{3}"  # code fence
+    r"|<(?:script|pre|style|textarea)(?:[ \t>]|$)|<!--|<\?|<![A-Za-z]|<!\[CDATA\[",  # HTML blocks past blank lines
+    re.IGNORECASE,
+)
+
+
+def _body(text: str) -> str:
+    return "    " + text if _BLOCK_START.match(text) else text
+
+
+def _heading(level: int, text: str) -> str:
+    return f"{'#' * level} {text}"
+
+
+def _render(page: _Page) -> str:
+    blocks: list[str] = []
+    paragraph: list[str] = []
+    box = -1
+
+    def flush() -> None:
+        if paragraph:
+            blocks.append("\n".join(paragraph))
+            paragraph.clear()
+
+    for i, line in enumerate([*page.lines, None]):
+        for level, title in page.inserted.get(i, []):
+            flush()
+            blocks.append(_heading(level, title))
+        if line is None or line.absorbed:
+            continue
+        if line.level:
+            flush()
+            blocks.append(_heading(line.level, line.heading))
+        else:
+            if line.box != box:
+                flush()
+            paragraph.append(_body(line.text))
+        box = line.box
+    flush()
+    # Blank lines around every block keep each derived heading at column 0 between blank lines.
+    return "\n\n".join(blocks) + "\n\n\f\n\n" if blocks else "\f\n\n"
+
+
+def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None) -> str:
+    """The PDF's text as Markdown with headings (see the module docstring). Inspection comes first:
+    pikepdf decides encryption (refused), readability, size and the outline; then pdfminer.six
+    extracts the text. Refuses ``pdf_encrypted``, ``pdf_unreadable``, ``pdf_too_large`` and
+    ``no_text`` (`PdfRefused`); never returns an empty document.
+
+    ``pages`` = (first, end), 0-based and end-exclusive, extracts one range of a large PDF (the pool
+    runs two ranges at once). A range without text returns only its pages' form feeds (blank to
+    ``str.strip``): the caller, which joins the ranges, decides ``no_text``."""
+    count, outline, _ = _structure(data)
+    first, end = pages if pages is not None else (0, count)
+    if pages is not None and not 0 <= first < min(end, count):
+        raise ValueError(f"page range {pages} is not within the PDF's {count} pages")
+    lines = _layout(data, first, end)
+    if not any(_is_text(line.text) for page_lines in lines for line in page_lines):
+        if pages is not None:
+            return "\f\n\n" * len(lines)
+        raise PdfRefused("no_text", "the PDF has no text layer")
+    parsed = [_Page(page_lines) for page_lines in lines]
+    matched = _place_outline(parsed, first, outline)
+    if matched:
+        base = max(entry.level for entry in outline)
+        _place_font_headings(parsed, _font_levels(parsed, min(matched), base), under_outline=True)
+    elif not outline:
+        _place_font_headings(parsed, _font_levels(parsed, None, 0), under_outline=False)
+    return "".join(_render(page) for page in parsed)
