@@ -172,11 +172,18 @@ class Ingestor:
 
     async def _ingest(self, request: IngestRequest) -> KnowledgeDocument:
         self._admit(request)
+        source, prepared = await self._read_and_prepare(
+            request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256)
+        return await self._commit(request, source, prepared)
+
+    async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
+                                chunker: Chunker | None = None) -> tuple[ArtifactRef, PreparedDocument]:
+        """Steps 2-5 for a stored artifact: read, extract, normalize, chunk, scan — refusals typed."""
         try:
-            source, stream = await self.artifacts.open_read(request.principal.tenant_id, request.source.artifact_id)
+            source, stream = await self.artifacts.open_read(tenant, artifact_id)
         except ArtifactNotFound:
-            raise IngestRefused("source_not_found", f"artifact {request.source.artifact_id}") from None
-        if source.sha256 != request.source.sha256:
+            raise IngestRefused("source_not_found", f"artifact {artifact_id}") from None
+        if sha256 is not None and source.sha256 != sha256:
             raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
         try:
             extractor = self.registry.for_media_type(source.media_type)
@@ -184,9 +191,9 @@ class Ingestor:
         except ExtractionRefused as exc:
             raise IngestRefused(exc.reason, exc.message) from None
         await anyio.lowlevel.checkpoint()
-        prepared = prepare(raw_text, request.title, extractor.structure)
+        prepared = prepare(raw_text, title, extractor.structure, chunker)
         await anyio.lowlevel.checkpoint()
-        return await self._commit(request, source, prepared)
+        return source, prepared
 
     def _admit(self, request: IngestRequest) -> None:
         if request.origin_trust < TrustLevel.USER:
@@ -207,17 +214,14 @@ class Ingestor:
         A chunker version never rewrites a chunk set in place: the same version twice is refused."""
         tenant = principal.tenant_id
         doc = await self.db.fetchrow(
-            """SELECT version, source_artifact_id, media_type, title, chunker_version, ingested_by_principal_id
+            """SELECT version, source_artifact_id, title, chunker_version, ingested_by_principal_id
                FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""",
             tenant, document_id)
         if doc is None:
             raise IngestRefused("document_not_found", f"no live document {document_id}")
         if doc["ingested_by_principal_id"] != principal.principal_id:
             raise IngestRefused("not_document_owner", "only the principal who ingested a document may re-chunk it")
-        source, stream = await self.artifacts.open_read(tenant, doc["source_artifact_id"])
-        extractor = self.registry.for_media_type(source.media_type)
-        prepared = prepare(await extractor.extract(stream, source.media_type), doc["title"], extractor.structure,
-                           chunker)
+        _, prepared = await self._read_and_prepare(tenant, doc["source_artifact_id"], doc["title"], chunker=chunker)
         async with self.db.transaction() as tx:
             await lock_document(tx, tenant, document_id)
             live = await tx.fetchval(
