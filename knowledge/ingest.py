@@ -137,7 +137,9 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
     return PreparedDocument(text, chunks, chunker.version)
 
 
-#: Fault-injection points (the stress suite and tests use them): called with the step's name.
+#: Fault-injection points (the stress suite and tests use them), called with the step's name inside the
+#: open transaction: "before_write" (after any supersede, before the one writing statement) and
+#: "before_commit".
 FaultHook = Callable[[str, Connection], Awaitable[None]]
 
 
@@ -269,23 +271,23 @@ class Ingestor:
                 version = await supersede(tx, tenant, request.replaces, request.principal)
             # One statement: the source copy (made inside the server, never re-sent), the document,
             # its chunk set, the event and the outcome counter.
+            await self._fault("before_write", tx)
+            # One statement writes everything (see _INGEST_SQL): one round trip, whatever the size.
             row = await tx.fetchrow(
-                _DOCUMENT_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, version,
+                _INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, version,
                 request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
                 request.doc_date, request.authority.value, prepared.chunker_version, request.sensitivity.value,
                 len(prepared.chunks), INGESTED_EVENT,
                 json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
                             "source_sha256": source.sha256, "media_type": source.media_type,
                             "instruction_like_chunks": prepared.instruction_like_count}),
+                *_chunk_columns(tenant, document_id, version, prepared)[4:],
             )
             if row is None or row["artifact_id"] is None:
                 raise IngestRefused("source_not_found", "the source vanished during ingest")
             if row["ingested_at"] is None:
                 raise IngestRefused("document_exists", f"document {document_id} already exists")
             stored_source = ref_from_row(row)
-            await self._fault("after_document", tx)
-            # One statement: the chunk rows and their index rows.
-            await tx.execute(_CHUNKS_SQL, *_chunk_columns(tenant, document_id, version, prepared))
             await self._fault("before_commit", tx)
         return KnowledgeDocument(
             document_id=document_id, tenant_id=tenant, ingested_by_principal_id=request.principal.principal_id,
@@ -342,10 +344,65 @@ async def _bump(conn: Connection, tenant: str, outcome: str, reason: str) -> Non
     await conn.execute(_OUTCOME_UPSERT, tenant, outcome, reason)
 
 
+def _chunk_writes(document: str, version: str, chunker_version: str, first_array: int, gate: str = "") -> str:
+    """The CTEs that write a chunk set's rows, given where the statement's parameters are: chunk
+    rows from parallel arrays (heading paths as JSON arrays; ``first_array`` numbers the first of
+    the seven); their index rows (the heading path weighted above the body, in one tsvector per
+    chunk, and its length); the BM25 postings unnested from those tsvectors; and the tenant's
+    chunk count and total length, added on this backend's shard. ``$1`` is the tenant. ``gate``
+    (a WHERE clause) can hold every write back."""
+    arrays = ", ".join(f"${first_array + i}::{t}[]" for i, t in enumerate(
+        ("text", "int", "text", "text", "int", "bool", "text")))
+    return f"""
+rows AS (
+    SELECT * FROM unnest({arrays}) AS r(chunk_id, ordinal, heading_json, text, tokens, flagged, sha) {gate}
+), chunks AS (
+    INSERT INTO knowledge_chunks (tenant_id, chunk_id, document_id, version, chunker_version, ordinal,
+        heading_path, text, tokens, contains_instruction_like_text, content_sha256)
+    SELECT $1, chunk_id, {document}, {version}, {chunker_version}, ordinal,
+           ARRAY(SELECT h FROM jsonb_array_elements_text(heading_json::jsonb) WITH ORDINALITY AS e(h, n) ORDER BY n),
+           text, tokens, flagged, sha
+    FROM rows
+    RETURNING tenant_id, chunk_id, document_id, version, heading_path, text
+), vec AS MATERIALIZED (
+    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version,
+           setweight(to_tsvector('{TS_CONFIG}', array_to_string(c.heading_path, ' ')), 'A')
+           || setweight(to_tsvector('{TS_CONFIG}', c.text), 'B') AS tsv
+    FROM chunks c
+), terms AS MATERIALIZED (
+    SELECT v.chunk_id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf FROM vec v, unnest(v.tsv) AS u
+), lengths AS MATERIALIZED (
+    SELECT chunk_id, sum(tf)::int AS dl FROM terms GROUP BY chunk_id
+), idx AS (
+    INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, chunker_version, tsv, dl)
+    SELECT v.tenant_id, v.chunk_id, v.document_id, v.version, {chunker_version}, v.tsv, l.dl
+    FROM vec v JOIN lengths l USING (chunk_id)
+    RETURNING dl
+), postings AS (
+    INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl)
+    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl FROM terms t JOIN lengths l USING (chunk_id)
+), tenant_stats AS (
+    INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)
+    SELECT $1, pg_backend_pid() % 16, count(*), coalesce(sum(dl), 0) FROM idx HAVING count(*) > 0
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+    SET chunks = knowledge_tenant_stats.chunks + excluded.chunks,
+        total_dl = knowledge_tenant_stats.total_dl + excluded.total_dl
+)"""
+
+
+# A new chunk set of an existing document version (re-chunking): $2 document, $3 version,
+# $4 chunker version, $5.. the chunk arrays (`_chunk_columns`).
+_CHUNKS_SQL = "WITH " + _chunk_writes("$2", "$3", "$4", 5) + "\nSELECT count(*) FROM chunks"
+
+# The whole ingest in one statement (every write or none; one round trip): the source copy, made
+# inside the server and never re-sent; the document; its chunk set; the event; the outcome counter;
+# then the chunk set's rows — only if the document row was written. The foreign keys from chunks
+# to their set are checked at the end of the statement, when the set exists.
 # $1 tenant, $2 input artifact, $3 new source artifact id, $4 sha256, $5 document, $6 version,
 # $7 principal, $8 visibility, $9 project, $10 title, $11 doc_date, $12 authority,
-# $13 chunker_version, $14 sensitivity, $15 chunk count, $16 event type, $17 event payload.
-_DOCUMENT_SQL = """
+# $13 chunker_version, $14 sensitivity, $15 chunk count, $16 event type, $17 event payload,
+# $18.. the chunk arrays.
+_INGEST_SQL = """
 WITH src AS (
     INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name,
                            content, expires_at)
@@ -373,48 +430,8 @@ WITH src AS (
 ), outcome AS (
 """ + _OUTCOME_UPSERT.replace("VALUES ($1, current_date, $2, $3, 1)",
                               "SELECT tenant_id, current_date, 'accepted', '', 1 FROM doc") + """
-)
+), """ + _chunk_writes("$5", "$6", "$13", 18, gate="WHERE EXISTS (SELECT 1 FROM doc)") + """
 SELECT src.*, doc.ingested_at FROM src LEFT JOIN doc ON true
-"""
-
-# Chunk rows from parallel arrays (heading paths as JSON arrays); their index rows (the heading path
-# weighted above the body, in one tsvector per chunk, and its length); the BM25 postings unnested
-# from those tsvectors; and the tenant's chunk count and total length, on this backend's shard.
-_CHUNKS_SQL = f"""
-WITH rows AS (
-    SELECT * FROM unnest($5::text[], $6::int[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::text[])
-        AS r(chunk_id, ordinal, heading_json, text, tokens, flagged, sha)
-), chunks AS (
-    INSERT INTO knowledge_chunks (tenant_id, chunk_id, document_id, version, chunker_version, ordinal,
-        heading_path, text, tokens, contains_instruction_like_text, content_sha256)
-    SELECT $1, chunk_id, $2, $3, $4, ordinal,
-           ARRAY(SELECT h FROM jsonb_array_elements_text(heading_json::jsonb) WITH ORDINALITY AS e(h, n) ORDER BY n),
-           text, tokens, flagged, sha
-    FROM rows
-    RETURNING tenant_id, chunk_id, document_id, version, heading_path, text
-), vec AS MATERIALIZED (
-    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version,
-           setweight(to_tsvector('{TS_CONFIG}', array_to_string(c.heading_path, ' ')), 'A')
-           || setweight(to_tsvector('{TS_CONFIG}', c.text), 'B') AS tsv
-    FROM chunks c
-), terms AS MATERIALIZED (
-    SELECT v.chunk_id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf FROM vec v, unnest(v.tsv) AS u
-), lengths AS MATERIALIZED (
-    SELECT chunk_id, sum(tf)::int AS dl FROM terms GROUP BY chunk_id
-), idx AS (
-    INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, chunker_version, tsv, dl)
-    SELECT v.tenant_id, v.chunk_id, v.document_id, v.version, $4, v.tsv, l.dl
-    FROM vec v JOIN lengths l USING (chunk_id)
-    RETURNING dl
-), postings AS (
-    INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl)
-    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl FROM terms t JOIN lengths l USING (chunk_id)
-)
-INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)
-SELECT $1, pg_backend_pid() % 16, count(*), coalesce(sum(dl), 0) FROM idx
-ON CONFLICT (tenant_id, shard) DO UPDATE
-SET chunks = knowledge_tenant_stats.chunks + excluded.chunks,
-    total_dl = knowledge_tenant_stats.total_dl + excluded.total_dl
 """
 
 

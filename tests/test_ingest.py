@@ -208,7 +208,7 @@ async def test_same_document_id_twice_is_refused(service: KnowledgeService, tena
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("step", ["after_document", "before_commit"])
+@pytest.mark.parametrize("step", ["before_write", "before_commit"])
 @pytest.mark.parametrize("fault", ["raise", "drop_connection", "cancel"])
 async def test_failure_between_steps_leaves_nothing(service: KnowledgeService, tenant: str, step: str,
                                                     fault: str) -> None:

@@ -158,6 +158,14 @@ class Connection:
         await self._run(tx.commit)
 
 
+async def _keep_session(raw: asyncpg.Connection) -> None:
+    """The pool's reset on release. asyncpg has already rolled back an open transaction; its
+    default reset would add a round trip (``RESET ALL``, ``UNLISTEN *``, unlock advisory locks) to
+    every release. Pooled connections never change session state — no SET, LISTEN, cursor or
+    session-level advisory lock (the migration lock uses `Database.dedicated`) — so nothing is left
+    to reset."""
+
+
 class Database:
     """The connection pool, opened with `Database.open` and closed when its block exits."""
 
@@ -190,6 +198,7 @@ class Database:
                 min_size=min_size,
                 max_size=max_size,
                 server_settings={"application_name": application_name},
+                reset=_keep_session,
             )
         except TRANSIENT_ERRORS as exc:
             raise DatabaseUnavailable(message=f"cannot connect: {exc}") from exc
@@ -231,6 +240,11 @@ class Database:
         """A connection inside one transaction: committed if the block ends normally."""
         async with self.connection() as conn, conn.transaction(isolation) as tx:
             yield tx
+
+    def dedicated(self) -> contextlib.AbstractAsyncContextManager[Connection]:
+        """A connection of its own, outside the pool, closed at the end of the block: for session
+        state (a session-level advisory lock) that must never reach a pooled connection."""
+        return connect_once(self.dsn, self._run)
 
     async def fetch(self, sql: str, *args: Any) -> list[Record]:
         async with self.connection() as conn:

@@ -63,9 +63,10 @@ async def migrate(db: Database) -> list[int]:
     """Apply every pending migration; return the versions this call applied.
 
     Cancellation: the migration in flight rolls back (it is one transaction), those before it
-    stay applied, and the advisory lock is released with the connection.
+    stay applied, and the advisory lock is released with the connection (a dedicated one, closed
+    at the end: the lock is session state, which pooled connections never carry).
     """
-    async with db.connection() as conn:
+    async with db.dedicated() as conn:
         await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
         try:
             return await _apply_pending(conn)
