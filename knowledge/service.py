@@ -47,6 +47,21 @@ from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.structured import HeldError, call_in_group
+from knowledge.trace import (
+    TRACE_RETENTION,
+    BudgetPressure,
+    PruneResult,
+    RecallTrace,
+    RecallTraceView,
+    TraceCheck,
+    TraceRetention,
+    budget_pressure,
+    check_trace,
+    load_trace,
+    prune_traces,
+    view_trace,
+)
+from knowledge.turn import TurnRequest, TurnResult, run_turn
 from parsers.base import ExtractorRegistry
 from parsers.pdf import PdfExtractor
 from parsers.text import MarkdownExtractor, PlainTextExtractor
@@ -132,6 +147,7 @@ class KnowledgeService:
                     svc = cls(settings, db, tg, server)
                     if settings.sweep_interval_seconds:
                         svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
+                        svc.start_background("trace-pruner", svc.run_trace_pruner, settings.sweep_interval_seconds)
                     svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
                         yield svc
@@ -199,6 +215,49 @@ class KnowledgeService:
     async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
         return await ingest_stats(self.db, tenant_id)
+
+    async def turn(self, request: TurnRequest) -> TurnResult:
+        """One turn's knowledge (`knowledge.turn.run_turn`): retrieve under the knowledge class's
+        allowance, budget Region B beside ``request.beliefs`` (knowledge yields first), render the
+        ``<knowledge>`` block and commit its trace; the block is returned only with its trace
+        committed. Runs as a task of the service (closing it raises `ServiceClosed`); cancelling the
+        caller rolls the trace back and returns nothing."""
+        return await call_in_group(self._task_group, run_turn, self.db, self.searcher, request)
+
+    async def trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
+        """A turn's `RecallTrace` as stored (beliefs and passages in one record), or None."""
+        return await load_trace(self.db, tenant_id, trace_id)
+
+    async def trace_view(
+        self, trace_id: UUID, *, tenant_id: str, viewing_ceiling: Sensitivity | str
+    ) -> RecallTraceView | None:
+        """A trace as a viewing surface may see it: items above the stricter of the recall and viewing
+        ceilings withheld (and counted), deleted passages shown as deleted with their chunk id."""
+        return await view_trace(self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling))
+
+    async def check_trace(self, trace_id: UUID, *, tenant_id: str) -> TraceCheck:
+        """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash."""
+        return await check_trace(self.db, tenant_id, trace_id)
+
+    async def budget_pressure(self, tenant_id: str | None = None, since: date | None = None) -> BudgetPressure:
+        """The tracked metric "budget pressure": how often and how much the knowledge class yielded."""
+        return await budget_pressure(self.db, tenant_id, since)
+
+    async def prune_traces(self, retention: TraceRetention = TRACE_RETENTION) -> PruneResult:
+        """Apply the traces' two-tier retention schedule now (the pruner task does this periodically).
+        Cancellation: the batch in flight rolls back."""
+        return await prune_traces(self.db, retention=retention)
+
+    async def run_trace_pruner(self, interval_seconds: float) -> None:
+        """Prune traces every ``interval_seconds`` until cancelled (at close)."""
+        while True:
+            try:
+                pruned = await self.prune_traces()
+                if pruned.reduced or pruned.deleted:
+                    _log.info("traces: %d reduced, %d deleted", pruned.reduced, pruned.deleted)
+            except Exception:
+                _log.exception("trace pruning failed; retrying next interval")
+            await anyio.sleep(interval_seconds)
 
     def start_background(self, name: str, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""
