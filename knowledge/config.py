@@ -46,14 +46,38 @@ class Settings(BaseModel):
     migrate: bool = True
     #: How often the service's own sweeper collects expired artifacts; None disables it.
     sweep_interval_seconds: float | None = Field(default=300.0, gt=0)
+    #: Attachment workers (owner-sent attachments, ADR-0120) the service runs in its own task group,
+    #: beside the artifact sweeper under one supervisor; 0: none here (e.g. `python -m knowledge.worker`
+    #: runs them in their own process).
+    attachment_workers: int = Field(default=0, ge=0, le=64)
+    #: Restrict this service's attachment workers to one tenant (a dedicated worker); None: all.
+    attachment_tenant: str | None = None
+    #: A claimed attachment's lease: renewed every third of it while a worker works; a worker that
+    #: dies stops renewing, and another takes the attachment over once it expires.
+    attachment_lease_seconds: float = Field(default=60.0, gt=0)
+    #: How often an idle worker looks for work another process marked (marks in this process wake it).
+    attachment_poll_seconds: float = Field(default=2.0, gt=0)
+    #: Transient failures retried at most this many times (with backoff), then recorded as failed.
+    attachment_max_retries: int = Field(default=3, ge=0)
+    #: The first retry's backoff; each further retry doubles it, up to the maximum.
+    attachment_retry_base_seconds: float = Field(default=5.0, ge=0)
+    attachment_retry_max_seconds: float = Field(default=300.0, ge=0)
+    #: One attempt's bound (read, extract, scan, commit); passing it is a transient failure.
+    attachment_job_timeout_seconds: float = Field(default=300.0, gt=0)
+    #: A crashed worker task restarts after this, doubling per consecutive crash up to the maximum.
+    worker_restart_base_seconds: float = Field(default=1.0, ge=0)
+    worker_restart_max_seconds: float = Field(default=60.0, ge=0)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
-        """Settings from ``$KNOWLEDGE_DSN``, ``$KNOWLEDGE_DATA_DIR`` and ``$KNOWLEDGE_DATABASE``."""
+        """Settings from ``$KNOWLEDGE_DSN``, ``$KNOWLEDGE_DATA_DIR``, ``$KNOWLEDGE_DATABASE`` and
+        ``$KNOWLEDGE_ATTACHMENT_WORKERS``."""
         values: dict[str, object] = {}
         if os.environ.get("KNOWLEDGE_DSN"):
             values["dsn"] = os.environ["KNOWLEDGE_DSN"]
         if os.environ.get("KNOWLEDGE_DATABASE"):
             values["database"] = os.environ["KNOWLEDGE_DATABASE"]
+        if os.environ.get("KNOWLEDGE_ATTACHMENT_WORKERS"):
+            values["attachment_workers"] = int(os.environ["KNOWLEDGE_ATTACHMENT_WORKERS"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)

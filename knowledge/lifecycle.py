@@ -5,20 +5,25 @@ sets, chunks and index rows — deletes the chunks' postings and takes them out 
 statistics, sets ``expires_at = now`` on the source artifacts (the sweeper collects the bytes),
 leaves a tombstone per chunk id (the citation, never the text), and records a
 ``knowledge.document.deleted`` event that names the document and holds none of its text.
+
+Deleting a conversation (`delete_conversation`) expires its attachments and deletes the documents
+ingested from them through the same cascade.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel
 
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import lock_document
 from knowledge.models import Principal
-from knowledge.store.db import Database
+from knowledge.store.db import Connection, Database
 
 DELETED_EVENT = "knowledge.document.deleted"
 
@@ -97,3 +102,106 @@ async def deleted_chunk(db: Database, tenant_id: str, chunk_id: str) -> DeletedC
         "SELECT chunk_id, document_id, deleted_at FROM knowledge_deleted_chunks WHERE tenant_id = $1 AND chunk_id = $2",
         tenant_id, chunk_id)
     return DeletedChunk(**dict(row)) if row is not None else None
+
+
+# --- Owner-sent attachments (ADR-0120): a conversation's deletion takes its documents along ---------------
+
+
+class ConversationDeleted(BaseModel):
+    """What `delete_conversation` did: attachments expired (the sweeper collects their bytes),
+    documents deleted through the cascade, and their chunks."""
+
+    conversation_id: str
+    attachments: int
+    documents: int
+    chunks: int
+
+
+def attachments_lock_key(tenant: str) -> str:
+    return f"knowledge.attachments/{tenant}"
+
+
+async def lock_attachments(tx: Connection, tenant: str) -> None:
+    """Serialize, within a tenant, the two things that link attachments to documents: a worker
+    recording what an attachment became, and a conversation's deletion. Both hold it for one short
+    transaction (never across an ingest), always before any document lock, so they cannot deadlock
+    with each other or with versions and deletes (which take document locks only)."""
+    await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", attachments_lock_key(tenant))
+
+
+async def cascade_delete(tx: Connection, tenant: str, document_id: uuid.UUID, cause: dict[str, Any]) -> int:
+    """The deletion cascade of `delete_document` inside the caller's transaction, for a deletion the
+    system decides (no principal's ownership to check): every version, its chunks, index rows and
+    postings, the tenant's statistics, tombstones, ``expires_at = now`` on the sources, and a
+    ``knowledge.document.deleted`` event whose payload carries ``cause``. Returns the chunks
+    deleted (0 if the document no longer exists)."""
+    await lock_document(tx, tenant, document_id)
+    rows = await tx.fetch(
+        """SELECT version, ingested_by_principal_id, source_artifact_id FROM knowledge_documents
+           WHERE tenant_id = $1 AND document_id = $2 ORDER BY version""", tenant, document_id)
+    if not rows:
+        return 0
+    await tx.execute(_POSTINGS, tenant, document_id)
+    await tx.execute(_STATS, tenant, document_id)
+    await tx.execute(_TOMBSTONES, tenant, document_id)
+    chunks = int(await tx.fetchval(
+        "SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2", tenant, document_id))
+    await tx.execute("DELETE FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2", tenant, document_id)
+    await tx.execute(
+        """UPDATE artifacts SET expires_at = clock_timestamp()
+           WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[])""",
+        tenant, [r["source_artifact_id"] for r in rows])
+    await tx.execute(
+        """INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
+           VALUES ($1, $2, $3, $4, $5, $6::jsonb)""",
+        tenant, DELETED_EVENT, document_id, rows[-1]["version"], rows[-1]["ingested_by_principal_id"],
+        json.dumps({"versions": len(rows), "chunks": chunks, **cause}))
+    return chunks
+
+
+async def withdraw_unreferenced(tx: Connection, tenant: str, document_ids: Iterable[uuid.UUID],
+                                cause: dict[str, Any]) -> tuple[int, int]:
+    """Delete (`cascade_delete`) each of ``document_ids`` that no live ingested attachment still
+    names: the same file sent in two conversations is one document, which goes with the last of
+    them. Call under `lock_attachments`. Returns (documents, chunks) deleted."""
+    documents = chunks = 0
+    for document_id in sorted(set(document_ids)):
+        referenced = await tx.fetchval(
+            """SELECT 1 FROM artifacts
+               WHERE tenant_id = $1 AND attachment_document_id = $2 AND attachment_state = 'ingested'
+                 AND (expires_at IS NULL OR expires_at > clock_timestamp())
+               LIMIT 1""", tenant, document_id)
+        if referenced:
+            continue
+        exists = await tx.fetchval(
+            "SELECT 1 FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 LIMIT 1", tenant, document_id)
+        if exists:
+            documents += 1
+            chunks += await cascade_delete(tx, tenant, document_id, cause)
+    return documents, chunks
+
+
+async def delete_conversation(db: Database, tenant_id: str, conversation_id: str) -> ConversationDeleted:
+    """Delete a conversation's attachments: each gets ``expires_at = now`` (gone to readers at once;
+    the sweeper deletes the bytes), and every document ingested from them is deleted through the
+    cascade on its source (`cascade_delete`) unless a live attachment of another conversation is the
+    same file. An attachment a worker is ingesting meanwhile is withdrawn by that worker when it
+    finishes (it finds its attachment expired). One transaction. Cancellation: it rolls back;
+    nothing is deleted."""
+    async with db.transaction() as tx:
+        await lock_attachments(tx, tenant_id)
+        rows = await tx.fetch(
+            """UPDATE artifacts
+               SET expires_at = CASE WHEN expires_at IS NOT NULL AND expires_at <= clock_timestamp()
+                                     THEN expires_at ELSE clock_timestamp() END,
+                   lease_owner = NULL, lease_expires_at = NULL,
+                   attachment_state = CASE WHEN attachment_state IN ('pending', 'ingesting') THEN NULL
+                                           ELSE attachment_state END,
+                   attachment_updated_at = clock_timestamp()
+               WHERE tenant_id = $1 AND conversation_id = $2
+               RETURNING attachment_document_id""", tenant_id, conversation_id)
+        documents, chunks = await withdraw_unreferenced(
+            tx, tenant_id, [r["attachment_document_id"] for r in rows if r["attachment_document_id"] is not None],
+            {"cause": "conversation_deleted", "conversation_id": conversation_id})
+    return ConversationDeleted(conversation_id=conversation_id, attachments=len(rows), documents=documents,
+                               chunks=chunks)

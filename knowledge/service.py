@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from datetime import date
+from collections.abc import AsyncIterator, Iterable
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -25,10 +25,18 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
+from knowledge.attachments import (
+    AttachmentMark,
+    AttachmentQueue,
+    AttachmentStatus,
+    MessageActor,
+    mark_attachments,
+    upload_attachment,
+)
 from knowledge.chunking import Chunker
 from knowledge.config import Settings
 from knowledge.ingest import Ingestor, IngestRequest
-from knowledge.lifecycle import DeletedChunk, delete_document, deleted_chunk
+from knowledge.lifecycle import ConversationDeleted, DeletedChunk, delete_conversation, delete_document, deleted_chunk
 from knowledge.metrics import IngestStats, ingest_stats
 from knowledge.models import (
     ArtifactRef,
@@ -62,6 +70,7 @@ from knowledge.trace import (
     view_trace,
 )
 from knowledge.turn import TurnRequest, TurnResult, run_turn
+from knowledge.worker import MaintenanceStatus, MaintenanceWorker
 from parsers.base import ExtractorRegistry
 from parsers.pdf import PdfExtractor
 from parsers.text import MarkdownExtractor, PlainTextExtractor
@@ -85,6 +94,9 @@ class Health(BaseModel):
     pool: dict[str, int]
     latency_ms: float
     error: str | None = None
+    #: The maintenance worker's supervisor and counters, when this service runs one (``ok`` is
+    #: False while one of its actors is crash-looping).
+    workers: MaintenanceStatus | None = None
 
 
 class KnowledgeService:
@@ -102,6 +114,9 @@ class KnowledgeService:
         self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
         self.ingestor = Ingestor(db, self.artifacts, self.extractors)
         self.searcher = Searcher(db, [LexicalArm()])
+        self.attachment_queue = AttachmentQueue(db)
+        #: The maintenance worker (attachment workers and the sweeper), when ``attachment_workers`` > 0.
+        self.maintenance: MaintenanceWorker | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -146,8 +161,13 @@ class KnowledgeService:
                 async with anyio.create_task_group() as tg:
                     svc = cls(settings, db, tg, server)
                     if settings.sweep_interval_seconds:
-                        svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
+                        if not settings.attachment_workers:  # else the maintenance worker sweeps, supervised
+                            svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
                         svc.start_background("trace-pruner", svc.run_trace_pruner, settings.sweep_interval_seconds)
+                    if settings.attachment_workers:
+                        svc.maintenance = MaintenanceWorker.from_settings(settings, db, svc.artifacts,
+                                                                          svc.ingestor.ingest)
+                        svc.start_background("maintenance-worker", svc.maintenance.run)
                     svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
                         yield svc
@@ -259,6 +279,43 @@ class KnowledgeService:
                 _log.exception("trace pruning failed; retrying next interval")
             await anyio.sleep(interval_seconds)
 
+    async def upload_attachment(self, tenant_id: str, data: bytes, *, media_type: str, file_name: str | None,
+                                expires_at: datetime | None = None) -> ArtifactRef:
+        """Store a chat attachment (ADR-0120) as an ``UPLOAD`` artifact, trust ``EXTERNAL_UNTRUSTED``;
+        a PDF gets upload inspection first (the parser pool's 10 s ``inspect``) and its marker is kept on
+        the artifact. Raises `ArtifactTooLarge`. Cancellation: the inspection's child is killed and
+        reaped, and nothing is stored."""
+        return await upload_attachment(self.db, self.parser_pool.inspect, tenant_id, data, media_type=media_type,
+                                       file_name=file_name, max_bytes=self.settings.max_artifact_bytes,
+                                       expires_at=expires_at)
+
+    async def mark_attachments(self, actor: MessageActor, artifact_ids: Iterable[UUID], *,
+                               conversation_id: str) -> list[AttachmentMark]:
+        """A message was sent with these attachments (`knowledge.attachments.mark_attachments`): each
+        is recorded with the conversation and marked ``pending`` only if ``actor`` is the principal
+        holding ``knowledge.write`` and its media type is supported; this process's attachment workers
+        are woken. Cancellation: nothing is marked."""
+        marks = await mark_attachments(self.db, actor, artifact_ids, conversation_id=conversation_id,
+                                       media_types=self.extractors.media_types())
+        if self.maintenance is not None:
+            self.maintenance.wake()
+        return marks
+
+    async def attachment(self, tenant_id: str, artifact_id: UUID) -> AttachmentStatus | None:
+        """An attachment's state, reason, attempts and their history, and its document; None if gone."""
+        return await self.attachment_queue.status(tenant_id, artifact_id)
+
+    async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
+        """Delete a conversation's attachments and, through the deletion cascade, the documents ingested
+        from them (`knowledge.lifecycle.delete_conversation`); the sweeper collects the bytes. Runs as a
+        task of the service; cancellation rolls it back."""
+        return await call_in_group(self._task_group, delete_conversation, self.db, tenant_id, conversation_id)
+
+    async def worker_status(self) -> MaintenanceStatus | None:
+        """The maintenance worker's supervisor counters (crashes, restarts, last error, crash loop),
+        its workers' counters and the queue's depth; None if this service runs no worker."""
+        return await self.maintenance.status() if self.maintenance is not None else None
+
     def start_background(self, name: str, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""
         self._task_group.start_soon(fn, *args, name=name)
@@ -286,6 +343,7 @@ class KnowledgeService:
             "data_dir": str(self.settings.data_dir) if self.embedded_server else None,
             "schema_expected": expected,
             "pool": self.db.pool_stats(),
+            "workers": self.maintenance.snapshot() if self.maintenance else None,
         }
         try:
             row = await self.db.fetchrow("SELECT current_setting('server_version') AS v, current_database() AS d")
@@ -296,7 +354,7 @@ class KnowledgeService:
         assert row is not None
         schema_version = max(versions, default=0)
         return Health(
-            ok=schema_version == expected,
+            ok=schema_version == expected and not (self.maintenance and self.maintenance.snapshot().crash_looping),
             server_version=row["v"],
             database=row["d"],
             schema_version=schema_version,

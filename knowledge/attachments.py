@@ -1,0 +1,461 @@
+"""Owner-sent attachments (ADR-0120): upload inspection, marking, and the queue workers drain.
+
+A text, Markdown or PDF file the owner attaches to a chat message is ingested automatically, and
+only that:
+
+- **Upload** (`upload_attachment`) stores the file as an ``UPLOAD`` artifact with trust
+  ``EXTERNAL_UNTRUSTED`` — it stays that, whatever becomes of it — and, for a PDF, runs the parser
+  pool's 10-second upload inspection first and keeps its marker on the artifact (``inspection``).
+- **Marking** (`mark_attachments`) is what the host calls when a message is sent. An attachment is
+  marked ``pending`` only when the message's actor is the principal (a `Principal`, not a
+  `SurfaceActor` or a `SchedulerActor`) and the principal holds ``knowledge.write``, the artifact is
+  an upload, and its media type has an extractor. A PDF whose upload inspection already refused it
+  is recorded ``refused`` with that reason at once. Every attachment passed is recorded as part of
+  the conversation, marked or not, so deleting the conversation reaches all of them.
+- **The queue** (`AttachmentQueue`) is what a worker (`knowledge.worker`) uses: claim the oldest
+  claimable attachment by upload order with ``FOR UPDATE SKIP LOCKED`` and take a lease on it
+  (renewed while working; one that runs out is taken over by another worker), then settle it —
+  ``ingested`` with its document, ``refused`` with a reason (never retried), ``pending`` again
+  after a backoff for a transient failure, or ``failed`` once the retries are spent. Every attempt
+  is appended to ``attachment_history``.
+
+The document id is a name-based UUID of (tenant, principal, the file's SHA-256): the same file sent
+twice, even at once, is one document (the second ingest finds it, or loses the race on the
+document's key and records the winner's).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from knowledge.errors import KnowledgeError
+from knowledge.lifecycle import lock_attachments, withdraw_unreferenced
+from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
+from knowledge.store.artifacts import collect_bytes, insert_artifact, ref_from_row
+from knowledge.store.db import Connection, Database, Record
+from parsers.base import base_media_type
+
+WRITE_SCOPE = "knowledge.write"
+PDF = "application/pdf"
+#: The namespace of attachment document ids (uuid5); never change it: ids would stop matching.
+ATTACHMENT_NAMESPACE = uuid.UUID("5b0f3c1e-8a4d-5d2e-9c61-7e2f0a120ada")
+#: Refusal reasons of the ingest that are really transient (the parser pool's own failures).
+TRANSIENT_REFUSALS = frozenset({"pdf_timeout", "pdf_killed"})
+
+_IDENT = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
+_REF_COLUMNS = ("tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name, created_at, "
+                "expires_at")
+
+
+def attachment_document_id(tenant_id: str, principal_id: str, sha256: str) -> uuid.UUID:
+    """The document an attachment becomes: a name-based UUID (uuid5) of the tenant, the principal and
+    the file's SHA-256, so the same file sent twice by the same principal is one document."""
+    return uuid.uuid5(ATTACHMENT_NAMESPACE, json.dumps([tenant_id, principal_id, sha256]))
+
+
+class SurfaceActor(BaseModel):
+    """A message a surface (an integration, a channel bridge) sent: it never marks an attachment."""
+
+    model_config = _FROZEN
+
+    tenant_id: str = Field(pattern=_IDENT)
+    surface_id: str = Field(min_length=1, max_length=256)
+
+
+class SchedulerActor(BaseModel):
+    """A message the scheduler sent (a scheduled run): it never marks an attachment."""
+
+    model_config = _FROZEN
+
+    tenant_id: str = Field(pattern=_IDENT)
+    schedule_id: str | None = Field(default=None, max_length=256)
+
+
+#: Who sent a message: the principal itself, a surface, or the scheduler.
+MessageActor = Principal | SurfaceActor | SchedulerActor
+
+
+class NotMarked(StrEnum):
+    """Why an attachment passed to `mark_attachments` was not marked pending."""
+
+    ACTOR_NOT_PRINCIPAL = "actor_not_principal"  # a surface or scheduler message
+    MISSING_SCOPE = "missing_scope"  # the principal lacks knowledge.write
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NOT_AN_UPLOAD = "not_an_upload"  # only uploaded files are attachments
+    ARTIFACT_NOT_FOUND = "artifact_not_found"  # absent from the tenant, or expired
+    ALREADY_MARKED = "already_marked"  # an earlier send marked it; its state is reported as is
+
+
+class AttachmentMark(BaseModel):
+    """What marking did to one attachment: its state afterwards (None: not an ingestion candidate)
+    and, when it was not marked pending by this call, why (`NotMarked`, or an inspection refusal)."""
+
+    model_config = _FROZEN
+
+    artifact_id: uuid.UUID
+    state: AttachmentState | None
+    reason: str | None = None
+
+
+class AttachmentStatus(BaseModel):
+    """An attachment as the queue sees it (`AttachmentQueue.status`)."""
+
+    model_config = _FROZEN
+
+    tenant_id: str
+    artifact_id: uuid.UUID
+    conversation_id: str | None
+    file_name: str | None
+    media_type: str
+    trust: TrustLevel
+    upload_seq: int
+    state: AttachmentState | None
+    reason: str | None  # a refusal's reason code, or a retry's / failure's last reason
+    attempts: int
+    history: list[dict[str, Any]]
+    document_id: uuid.UUID | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    next_attempt_at: datetime | None
+    inspection: dict[str, Any] | None
+    attached_by: str | None
+    expired: bool
+
+
+#: The parser pool's upload inspection (`ParserPool.inspect`): a dict, or a typed refusal/failure.
+Inspect = Callable[[bytes], Awaitable[dict[str, Any]]]
+
+
+async def inspection_marker(inspect: Inspect, data: bytes) -> dict[str, Any]:
+    """Run upload inspection and return the marker kept on the artifact: ``{"ok": true, "pages": …,
+    "encrypted": false, "has_outline": …, "pdf_version": …}`` or ``{"ok": false, "reason": …,
+    "transient": …}``. Never raises for the PDF's own faults. Cancellation: the child is killed and
+    reaped first (`ParserPool.inspect`), then it propagates."""
+    try:
+        found = await inspect(data)
+    except KnowledgeError as exc:  # ExtractionRefused, ParserFailure
+        return {"ok": False, "reason": exc.reason, "transient": bool(getattr(exc, "transient", False))}
+    return {"ok": True, **found}
+
+
+async def upload_attachment(db: Database, inspect: Inspect, tenant_id: str, data: bytes | AsyncIterable[bytes], *,
+                            media_type: str, file_name: str | None, max_bytes: int,
+                            expires_at: datetime | None = None) -> ArtifactRef:
+    """Store a chat attachment: an ``UPLOAD`` artifact, trust ``EXTERNAL_UNTRUSTED``. A PDF is
+    inspected first (`inspection_marker`, 10 s) and the marker is stored with it, in one
+    transaction. Raises `ArtifactTooLarge` above ``max_bytes``. Cancellation: nothing is stored."""
+    content = await collect_bytes(data, max_bytes)
+    marker = await inspection_marker(inspect, content) if base_media_type(media_type) == PDF else None
+    async with db.transaction() as tx:
+        ref = await insert_artifact(tx, tenant_id, content, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
+                                    trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=file_name, expires_at=expires_at)
+        if marker is not None:
+            await tx.execute("UPDATE artifacts SET inspection = $3::jsonb WHERE tenant_id = $1 AND artifact_id = $2",
+                             tenant_id, ref.artifact_id, json.dumps(marker))
+    return ref
+
+
+def _decide(actor: MessageActor, row: Record, media_types: set[str]) -> tuple[AttachmentState | None, str | None]:
+    """The marking rule for one attachment (pure): the state to record and why."""
+    if row["attachment_state"] is not None:
+        return AttachmentState(row["attachment_state"]), NotMarked.ALREADY_MARKED.value
+    if not isinstance(actor, Principal):
+        return None, NotMarked.ACTOR_NOT_PRINCIPAL.value
+    if not actor.has_scope(WRITE_SCOPE):
+        return None, NotMarked.MISSING_SCOPE.value
+    if row["origin"] != ArtifactOrigin.UPLOAD.value:
+        return None, NotMarked.NOT_AN_UPLOAD.value
+    if base_media_type(row["media_type"]) not in media_types:
+        return None, NotMarked.UNSUPPORTED_MEDIA_TYPE.value
+    inspection = json.loads(row["inspection"]) if row["inspection"] is not None else None
+    if inspection is not None and not inspection.get("ok", True) and not inspection.get("transient", False):
+        return AttachmentState.REFUSED, str(inspection.get("reason") or "pdf_unreadable")
+    return AttachmentState.PENDING, None
+
+
+async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iterable[uuid.UUID], *,
+                           conversation_id: str, media_types: set[str]) -> list[AttachmentMark]:
+    """Mark a sent message's attachments (see the module docstring); one result per id, in order.
+
+    Idempotent: an attachment an earlier call marked keeps its state. One transaction.
+    Cancellation: it rolls back; nothing is marked.
+    """
+    ids = list(dict.fromkeys(artifact_ids))
+    supported = {base_media_type(m) for m in media_types}
+    marks: dict[uuid.UUID, AttachmentMark] = {}
+    async with db.transaction() as tx:
+        rows = await tx.fetch(
+            f"""SELECT artifact_id, origin, media_type, attachment_state, inspection::text AS inspection
+                FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[]) AND {_LIVE}
+                ORDER BY artifact_id FOR UPDATE""", actor.tenant_id, ids)
+        for row in rows:
+            state, reason = _decide(actor, row, supported)
+            marks[row["artifact_id"]] = AttachmentMark(artifact_id=row["artifact_id"], state=state, reason=reason)
+            fresh = reason != NotMarked.ALREADY_MARKED.value and state is not None
+            await tx.execute(
+                """UPDATE artifacts
+                   SET conversation_id = coalesce(conversation_id, $3),
+                       attachment_state = CASE WHEN $4::text IS NULL THEN attachment_state ELSE $4 END,
+                       refusal_reason = CASE WHEN $4::text IS NULL THEN refusal_reason ELSE $5 END,
+                       attached_by = CASE WHEN $4::text IS NULL THEN attached_by ELSE $6 END,
+                       marked_at = CASE WHEN $4::text IS NULL THEN marked_at ELSE clock_timestamp() END,
+                       attachment_updated_at = CASE WHEN $4::text IS NULL THEN attachment_updated_at
+                                                    ELSE clock_timestamp() END
+                   WHERE tenant_id = $1 AND artifact_id = $2""",
+                actor.tenant_id, row["artifact_id"], conversation_id, state.value if fresh and state else None,
+                reason if fresh else None, actor.principal_id if isinstance(actor, Principal) else None)
+    return [marks.get(i) or AttachmentMark(artifact_id=i, state=None, reason=NotMarked.ARTIFACT_NOT_FOUND.value)
+            for i in ids]
+
+
+# --- The queue -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed attachment: the worker holds its lease until it settles it."""
+
+    source: ArtifactRef
+    worker_id: str
+    attempt: int  # this attempt's number, 1-based (retries are attempts 2..)
+    principal_id: str  # who sent it ("" only for a row marked by hand, which the worker refuses)
+    conversation_id: str | None
+    upload_seq: int
+    taken_over_from: str | None  # the worker whose lease had expired, when this is a takeover
+
+    @property
+    def tenant_id(self) -> str:
+        return self.source.tenant_id
+
+    @property
+    def artifact_id(self) -> uuid.UUID:
+        return self.source.artifact_id
+
+    @property
+    def document_id(self) -> uuid.UUID:
+        return attachment_document_id(self.tenant_id, self.principal_id, self.source.sha256)
+
+    @property
+    def title(self) -> str:
+        name = (self.source.file_name or "").strip()
+        return name[:1024] if name else f"attachment {self.source.sha256[:12]}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended: ``ingested`` (with its document), ``refused`` (never retried),
+    ``retry`` (transient; retried after a backoff while retries remain) or ``failed``."""
+
+    kind: Literal["ingested", "refused", "retry", "failed"]
+    reason: str | None = None
+    document_id: uuid.UUID | None = None
+
+
+#: What settling a claim found: the attachment's new state, or why it was not the claimer's to settle.
+Settled = Literal["ingested", "refused", "pending", "failed", "lease_lost", "withdrawn", "released"]
+
+_STATE_OF: dict[str, Settled] = {"ingested": "ingested", "refused": "refused", "retry": "pending", "failed": "failed"}
+
+_CLAIM = f"""
+WITH next AS (
+    SELECT tenant_id, artifact_id, attachment_state AS prev_state, lease_owner AS prev_owner
+    FROM artifacts
+    WHERE attachment_state IN ('pending', 'ingesting')
+      AND ($3::text IS NULL OR tenant_id = $3)
+      AND {_LIVE}
+      AND CASE attachment_state
+              WHEN 'pending' THEN next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()
+              ELSE lease_expires_at <= clock_timestamp() END
+    ORDER BY upload_seq
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE artifacts a
+SET attachment_state = 'ingesting',
+    lease_owner = $1,
+    lease_expires_at = clock_timestamp() + make_interval(secs => $2),
+    attachment_attempts = a.attachment_attempts + 1,
+    next_attempt_at = NULL,
+    attachment_updated_at = clock_timestamp(),
+    attachment_history = CASE WHEN next.prev_state = 'ingesting'
+        THEN a.attachment_history || jsonb_build_object(
+            'attempt', a.attachment_attempts, 'outcome', 'lease_expired', 'reason', 'lease_expired',
+            'worker', next.prev_owner, 'at', clock_timestamp())
+        ELSE a.attachment_history END
+FROM next
+WHERE a.tenant_id = next.tenant_id AND a.artifact_id = next.artifact_id
+RETURNING {', '.join('a.' + c.strip() for c in _REF_COLUMNS.split(','))}, a.attached_by,
+          a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state, next.prev_owner
+"""
+
+_SETTLE = """
+UPDATE artifacts
+SET attachment_state = $3,
+    refusal_reason = $4,
+    attachment_document_id = $5,
+    next_attempt_at = CASE WHEN $3 = 'pending' THEN clock_timestamp() + make_interval(secs => $6) END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    attachment_updated_at = clock_timestamp(),
+    attachment_history = attachment_history || jsonb_build_object(
+        'attempt', attachment_attempts, 'outcome', $7::text, 'reason', $4::text, 'worker', $8::text,
+        'document_id', $5::uuid, 'at', clock_timestamp())
+WHERE tenant_id = $1 AND artifact_id = $2
+"""
+
+
+class AttachmentQueue:
+    """The attachments' work queue, in the ``artifacts`` table. Every method is one short
+    transaction (or one statement); none is held across an ingest."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim(self, worker_id: str, lease_seconds: float, tenant_id: str | None = None) -> Claim | None:
+        """Claim the claimable attachment first in upload order — pending and due, or ingesting
+        under an expired lease (a takeover) — and take a lease on it for ``worker_id``; None when
+        nothing is claimable. Workers skip each other's rows being claimed (``SKIP LOCKED``).
+        Cancellation: the statement rolls back; nothing is claimed."""
+        row = await self._db.fetchrow(_CLAIM, worker_id, float(lease_seconds), tenant_id)
+        if row is None:
+            return None
+        return Claim(
+            source=ref_from_row(row), worker_id=worker_id, attempt=int(row["attachment_attempts"]),
+            principal_id=row["attached_by"] or "", conversation_id=row["conversation_id"],
+            upload_seq=int(row["upload_seq"]),
+            taken_over_from=row["prev_owner"] if row["prev_state"] == AttachmentState.INGESTING.value else None,
+        )
+
+    async def renew(self, claim: Claim, lease_seconds: float) -> bool:
+        """Extend the claim's lease; False if it is no longer the claimer's (it expired and another
+        worker took the attachment over, or its conversation was deleted)."""
+        row = await self._db.fetchval(
+            f"""UPDATE artifacts SET lease_expires_at = clock_timestamp() + make_interval(secs => $4)
+                WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting'
+                  AND {_LIVE}
+                RETURNING 1""", claim.tenant_id, claim.artifact_id, claim.worker_id, float(lease_seconds))
+        return row is not None
+
+    async def document_exists(self, tenant_id: str, document_id: uuid.UUID) -> bool:
+        """Whether a live version of ``document_id`` exists (the same file, already ingested)."""
+        return bool(await self._db.fetchval(
+            "SELECT 1 FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL",
+            tenant_id, document_id))
+
+    async def _own(self, tx: Connection, claim: Claim) -> Literal["own", "lease_lost", "withdrawn"]:
+        """Under the tenant's attachments lock: whether the claim is still the claimer's. An
+        attachment that is gone or expired (its conversation was deleted) withdraws the document
+        this claim may have made, unless another live attachment is the same file."""
+        row = await tx.fetchrow(
+            f"""SELECT attachment_state, lease_owner, {_LIVE} AS live FROM artifacts
+                WHERE tenant_id = $1 AND artifact_id = $2 FOR UPDATE""", claim.tenant_id, claim.artifact_id)
+        if row is None or not row["live"]:
+            await withdraw_unreferenced(tx, claim.tenant_id, [claim.document_id],
+                                        {"cause": "attachment_withdrawn", "artifact_id": str(claim.artifact_id)})
+            return "withdrawn"
+        if row["lease_owner"] != claim.worker_id or row["attachment_state"] != AttachmentState.INGESTING.value:
+            return "lease_lost"
+        return "own"
+
+    async def settle(self, claim: Claim, outcome: Outcome, *, max_attempts: int,
+                     backoff: Callable[[int], float]) -> Settled:
+        """Record ``outcome`` on the claimed attachment and release its lease, in one transaction
+        under the tenant's attachments lock. ``ingested`` is recorded only if the document still
+        exists (else it is a transient ``document_withdrawn``); a ``retry`` past ``max_attempts``
+        attempts is recorded ``failed`` with its reason; otherwise it goes back to ``pending`` for
+        ``backoff(attempt)`` seconds. Returns the new state, or ``lease_lost``/``withdrawn`` when the
+        attachment was no longer this claim's. Cancellation: it rolls back; the lease stays held
+        until released or expired."""
+        async with self._db.transaction() as tx:
+            await lock_attachments(tx, claim.tenant_id)
+            owned = await self._own(tx, claim)
+            if owned != "own":
+                return owned
+            if outcome.kind == "ingested":
+                assert outcome.document_id is not None
+                live = await tx.fetchval(
+                    """SELECT 1 FROM knowledge_documents
+                       WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""",
+                    claim.tenant_id, outcome.document_id)
+                if not live:
+                    outcome = Outcome("retry", "document_withdrawn")
+            if outcome.kind == "retry" and claim.attempt >= max_attempts:
+                outcome = Outcome("failed", outcome.reason)
+            state = _STATE_OF[outcome.kind]
+            delay = backoff(claim.attempt) if state == "pending" else 0.0
+            await tx.execute(_SETTLE, claim.tenant_id, claim.artifact_id, state, outcome.reason,
+                             outcome.document_id if state == "ingested" else None, float(delay), outcome.kind,
+                             claim.worker_id)
+        return state
+
+    async def release(self, claim: Claim) -> Settled:
+        """Give a claim back unfinished (the worker is stopping): ``pending`` again at once, this
+        attempt not counted; an attachment withdrawn meanwhile withdraws its document. One
+        transaction under the tenant's attachments lock. Call it shielded."""
+        async with self._db.transaction() as tx:
+            await lock_attachments(tx, claim.tenant_id)
+            owned = await self._own(tx, claim)
+            if owned != "own":
+                return owned
+            await tx.execute(
+                """UPDATE artifacts
+                   SET attachment_state = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+                       next_attempt_at = NULL, attachment_attempts = attachment_attempts - 1,
+                       attachment_updated_at = clock_timestamp(),
+                       attachment_history = attachment_history || jsonb_build_object(
+                           'attempt', attachment_attempts, 'outcome', 'released', 'reason', 'worker_stopped',
+                           'worker', $3::text, 'at', clock_timestamp())
+                   WHERE tenant_id = $1 AND artifact_id = $2""", claim.tenant_id, claim.artifact_id, claim.worker_id)
+        return "released"
+
+    async def next_due(self, tenant_id: str | None = None) -> float | None:
+        """Seconds until some attachment may become claimable (a retry's backoff ends, a lease
+        expires; 0 or less: now), or None when none is pending or ingesting."""
+        value = await self._db.fetchval(
+            f"""SELECT extract(epoch FROM min(CASE attachment_state
+                           WHEN 'pending' THEN coalesce(next_attempt_at, clock_timestamp())
+                           ELSE lease_expires_at END) - clock_timestamp())
+                FROM artifacts
+                WHERE attachment_state IN ('pending', 'ingesting') AND ($1::text IS NULL OR tenant_id = $1)
+                  AND {_LIVE}""", tenant_id)
+        return None if value is None else float(value)
+
+    async def counts(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Live attachments by state (the queue depth is ``pending`` + ``ingesting``)."""
+        rows = await self._db.fetch(
+            f"""SELECT attachment_state AS state, count(*) AS n FROM artifacts
+                WHERE attachment_state IS NOT NULL AND ($1::text IS NULL OR tenant_id = $1) AND {_LIVE}
+                GROUP BY 1""", tenant_id)
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    async def status(self, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
+        """One attachment's state, attempts, history and document; None if the artifact is gone."""
+        row = await self._db.fetchrow(
+            f"""SELECT tenant_id, artifact_id, conversation_id, file_name, media_type, trust, upload_seq,
+                       attachment_state, refusal_reason, attachment_attempts, attachment_history::text AS history,
+                       attachment_document_id, lease_owner, lease_expires_at, next_attempt_at,
+                       inspection::text AS inspection, attached_by, NOT {_LIVE} AS expired
+                FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2""", tenant_id, artifact_id)
+        if row is None:
+            return None
+        return AttachmentStatus(
+            tenant_id=row["tenant_id"], artifact_id=row["artifact_id"], conversation_id=row["conversation_id"],
+            file_name=row["file_name"], media_type=row["media_type"], trust=TrustLevel(row["trust"]),
+            upload_seq=row["upload_seq"],
+            state=AttachmentState(row["attachment_state"]) if row["attachment_state"] else None,
+            reason=row["refusal_reason"], attempts=row["attachment_attempts"], history=json.loads(row["history"]),
+            document_id=row["attachment_document_id"], lease_owner=row["lease_owner"],
+            lease_expires_at=row["lease_expires_at"], next_attempt_at=row["next_attempt_at"],
+            inspection=json.loads(row["inspection"]) if row["inspection"] is not None else None,
+            attached_by=row["attached_by"], expired=row["expired"],
+        )
