@@ -39,7 +39,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from knowledge.budget import ClassAllocation, RegionAllocation
+from knowledge.budget import IN_TURN_RECALL, KNOWLEDGE, ClassAllocation, RegionAllocation
 from knowledge.ingest import document_lock_key
 from knowledge.lifecycle import DeletedChunk
 from knowledge.models import Authority, KnowledgeChunk, RetrievedPassage, Sensitivity
@@ -223,7 +223,8 @@ class ViewedPassage(BaseModel):
             return f"  {self.rank}. [{self.chunk_id}] {DELETED_NOTICE}{when}"
         if self.state is PassageState.MISSING:
             return f"  {self.rank}. [{self.chunk_id}] {MISSING_NOTICE}"
-        facts = f"score {self.score:.3f}, arms {','.join(self.arms or [])}, instruction_like {self.instruction_like}"
+        flag = "true" if self.instruction_like else "false"
+        facts = f"score {self.score:.3f}, arms {','.join(self.arms or [])}, instruction_like {flag}"
         if self.state is PassageState.REDUCED:
             return f"  {self.rank}. [{self.chunk_id}] v{self.version} {REDUCED_NOTICE}; {facts}"
         path = f" — {PATH_SEPARATOR.join(self.heading_path)}" if self.heading_path else ""
@@ -280,7 +281,7 @@ class RecallTraceView(BaseModel):
         if self.withheld_beliefs or self.withheld_passages:
             lines.append(f"withheld above this view's ceiling: {self.withheld_beliefs} belief(s), "
                          f"{self.withheld_passages} passage(s)")
-        k = self.budget.classes.get("knowledge")
+        k = self.budget.classes.get(KNOWLEDGE.name)
         if k is not None:
             lines.append(f"budget: region {self.budget.region_tokens} tokens; knowledge rendered {k.rendered} of "
                          f"{k.admitted} admitted, yielded {k.yielded_items} ({k.yielded_tokens} tokens)")
@@ -415,12 +416,11 @@ async def write_trace(tx: Connection, trace: RecallTrace) -> datetime:
         await tx.execute(_INSERT_PASSAGES, trace.tenant_id, trace.trace_id,
                          json.dumps([_passage_json(p) for p in trace.passages]))
         await tx.execute(_FORGET_DELETED, trace.tenant_id, trace.trace_id)
-    k = trace.budget.classes.get("knowledge", ClassRecord(offered=0, admitted=0, rendered=0, tokens=0,
-                                                          yielded_items=0, yielded_tokens=0))
-    r = trace.budget.classes.get("in_turn_recall")
+    none = ClassRecord(offered=0, admitted=0, rendered=0, tokens=0, yielded_items=0, yielded_tokens=0)
+    k = trace.budget.classes.get(KNOWLEDGE.name, none)
+    r = trace.budget.classes.get(IN_TURN_RECALL.name, none)
     await tx.execute(_PRESSURE, trace.tenant_id, int(k.admitted > 0), int(k.yielded_items > 0), k.admitted,
-                     k.rendered, k.yielded_items, k.yielded_tokens, int(r is not None and r.yielded_items > 0),
-                     r.yielded_items if r is not None else 0)
+                     k.rendered, k.yielded_items, k.yielded_tokens, int(r.yielded_items > 0), r.yielded_items)
     return created_at
 
 
