@@ -245,22 +245,26 @@ class KnowledgeService:
         return await call_in_group(self._task_group, run_turn, self.db, self.searcher, request)
 
     async def trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
-        """A turn's `RecallTrace` as stored (beliefs and passages in one record), or None."""
+        """A turn's `RecallTrace` as stored (beliefs and passages in one record), or None.
+        Cancellation: the read is cancelled; nothing to undo."""
         return await load_trace(self.db, tenant_id, trace_id)
 
     async def trace_view(
         self, trace_id: UUID, *, tenant_id: str, viewing_ceiling: Sensitivity | str
     ) -> RecallTraceView | None:
         """A trace as a viewing surface may see it: items above the stricter of the recall and viewing
-        ceilings withheld (and counted), deleted passages shown as deleted with their chunk id."""
+        ceilings withheld (and counted), deleted passages shown as deleted with their chunk id.
+        Cancellation: the reads are cancelled; nothing to undo."""
         return await view_trace(self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling))
 
     async def check_trace(self, trace_id: UUID, *, tenant_id: str) -> TraceCheck:
-        """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash."""
+        """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash.
+        Cancellation: the reads are cancelled; nothing to undo."""
         return await check_trace(self.db, tenant_id, trace_id)
 
     async def budget_pressure(self, tenant_id: str | None = None, since: date | None = None) -> BudgetPressure:
-        """The tracked metric "budget pressure": how often and how much the knowledge class yielded."""
+        """The tracked metric "budget pressure": how often and how much the knowledge class yielded
+        (per tenant, or all, from a UTC day). Cancellation: the read is cancelled; nothing to undo."""
         return await budget_pressure(self.db, tenant_id, since)
 
     async def prune_traces(self, retention: TraceRetention = TRACE_RETENTION) -> PruneResult:

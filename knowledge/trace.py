@@ -427,7 +427,7 @@ async def write_trace(tx: Connection, trace: RecallTrace) -> datetime:
 async def lock_documents_shared(tx: Connection, tenant_id: str, document_ids: Sequence[UUID]) -> None:
     """Take each document's lock (the one its versions and deletion take exclusively) in shared mode,
     to the end of ``tx``, in a fixed order: a deletion then waits for this trace, or this trace sees
-    its tombstones."""
+    its tombstones. Cancellation while waiting: the wait ends and the caller's transaction rolls back."""
     keys = sorted({document_lock_key(tenant_id, d) for d in document_ids})
     if keys:
         await tx.execute(
@@ -481,7 +481,8 @@ LEFT JOIN knowledge_deleted_chunks d ON d.tenant_id = $1 AND d.chunk_id = k.chun
 async def resolve_chunks(
     db: Database, tenant_id: str, chunk_ids: Sequence[str]
 ) -> dict[str, KnowledgeChunk | DeletedChunk | None]:
-    """What each citation resolves to now, in one query: the chunk, its tombstone, or None."""
+    """What each citation resolves to now, in one query: the chunk, its tombstone, or None.
+    Cancellation: the query is cancelled; nothing to undo."""
     out: dict[str, KnowledgeChunk | DeletedChunk | None] = dict.fromkeys(chunk_ids)
     for r in await db.fetch(_RESOLVE, tenant_id, list(dict.fromkeys(chunk_ids))):
         if r["deleted_at"] is not None:
@@ -615,7 +616,8 @@ class BudgetPressure(BaseModel):
 
 
 async def budget_pressure(db: Database, tenant_id: str | None = None, since: date | None = None) -> BudgetPressure:
-    """Budget pressure summed over one tenant (or all) from ``since`` (a UTC day; default: ever)."""
+    """Budget pressure summed over one tenant (or all) from ``since`` (a UTC day; default: ever).
+    Cancellation: the query is cancelled; nothing to undo."""
     row = await db.fetchrow(
         """SELECT coalesce(sum(turns), 0) AS turns, coalesce(sum(knowledge_turns), 0) AS knowledge_turns,
                   coalesce(sum(yielded_turns), 0) AS yielded_turns,

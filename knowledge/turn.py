@@ -144,7 +144,8 @@ WHERE c.tenant_id = $1 AND c.chunk_id = ANY($2::text[])
 
 
 async def passage_facts(tx: Connection, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, PassageFacts]:
-    """`PassageFacts` of each chunk that still exists (a deleted one is absent)."""
+    """`PassageFacts` of each chunk that still exists (a deleted one is absent), read on ``tx``.
+    Cancellation: the caller's transaction rolls back."""
     rows = await tx.fetch(_FACTS, tenant_id, list(chunk_ids))
     return {r["chunk_id"]: PassageFacts(r["version"], Sensitivity(r["sensitivity"]), r["content_sha256"])
             for r in rows}
