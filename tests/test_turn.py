@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from knowledge.config import Settings
 from knowledge.ingest import lock_document
 from knowledge.memory_boundary import Belief
-from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, Sensitivity, TrustLevel
+from knowledge.models import (
+    ArtifactOrigin,
+    KnowledgeChunk,
+    KnowledgeQuery,
+    Principal,
+    RetrievedPassage,
+    Sensitivity,
+    TrustLevel,
+)
 from knowledge.render import parse_knowledge_block
 from knowledge.service import KnowledgeService
 from knowledge.trace import block_sha256, rerender, resolve_chunks
@@ -203,4 +211,27 @@ async def test_a_turn_with_nothing_to_render_still_traces_its_beliefs(service: K
     assert got.block is None and got.passages == () and len(got.beliefs) == 2
     stored = await service.trace(got.trace.trace_id, tenant_id=tenant)
     assert stored is not None and stored.block_sha256 is None and [b.belief_id for b in stored.beliefs] == ["b0", "b1"]
+    assert (await service.check_trace(got.trace.trace_id, tenant_id=tenant)).ok
+
+
+@pytest.mark.anyio
+async def test_a_passage_deleted_after_retrieval_is_neither_rendered_nor_traced(
+        service: KnowledgeService, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A document deleted between the search and the trace's transaction: its passages are dropped
+    before the budget, so the block and the trace agree and cite only live chunks."""
+    victim = await ingest_text(service, tenant, guide("alpha", [12, 40, 70]), title="Alpha")
+    await ingest_text(service, tenant, guide("bravo", [25, 55, 11]), title="Bravo")
+    search = service.searcher.search
+
+    async def search_then_delete(query: KnowledgeQuery) -> list[RetrievedPassage]:
+        found = await search(query)
+        assert victim in {p.document_id for p in found}
+        await service.delete(victim, owner(tenant))
+        return found
+
+    monkeypatch.setattr(service.searcher, "search", search_then_delete)
+    got = await service.turn(request(tenant, "rollback failover snapshot compaction quorum", 10_000))
+    assert got.passages and victim not in {p.document_id for p in got.passages}
+    assert [p.chunk_id for p in got.trace.passages] == [p.chunk_id for p in got.passages]
+    assert got.trace.budget.classes["knowledge"].offered == len(got.passages)
     assert (await service.check_trace(got.trace.trace_id, tenant_id=tenant)).ok
