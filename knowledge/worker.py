@@ -379,7 +379,7 @@ class Supervisor:
     restart_base_seconds: float = 1.0
     restart_max_seconds: float = 60.0
     crash_loop_after: int = 3
-    _actors: dict[str, _Actor] = field(default_factory=dict)
+    _actors: dict[str, _Actor] = field(default_factory=dict, init=False, repr=False)
 
     async def supervise(self, name: str, actor: Callable[[Pulse], Awaitable[None]]) -> None:
         """Run ``actor(pulse)`` until cancelled. When it raises (or returns: actors are meant to run

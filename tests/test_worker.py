@@ -1,0 +1,286 @@
+"""The maintenance worker: many workers and one result, workers stopped or killed mid-job, the
+supervisor's restarts and visible crash loops, the sweeper, and the worker as a process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+
+from knowledge.attachments import AttachmentQueue, attachment_document_id
+from knowledge.config import Settings
+from knowledge.ingest import Ingestor
+from knowledge.models import AttachmentState
+from knowledge.service import KnowledgeService
+from knowledge.store.db import Connection, Database, open_bridge
+from knowledge.worker import AttachmentWorker, WorkerOptions
+from tests.helpers.attachments import FAST, Gate, footprint, markdown, owner, status, upload, wait_for, worker
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def with_workers(settings: Settings, tenant: str, **extra: Any) -> Settings:
+    return settings.model_copy(update={
+        "attachment_workers": 1, "attachment_tenant": tenant, "attachment_poll_seconds": 0.05,
+        "attachment_retry_base_seconds": 0.01, "worker_restart_base_seconds": 0.01,
+        "worker_restart_max_seconds": 0.05, **extra})
+
+
+# --- Many workers, one result ------------------------------------------------------------------------------------
+
+
+async def test_two_workers_over_200_attachments_one_cancelled_mid_job(service: KnowledgeService,
+                                                                      tenant: str) -> None:
+    """Each of 200 attachments is ingested exactly once by two workers; the first worker is cancelled
+    mid-job (its tenth ingest held inside its transaction) and the second finishes that attachment."""
+    refs = [await upload(service, tenant, markdown(f"Procedure {i}", f"Step {i}: restart shard {i} and verify it."),
+                         f"procedure-{i:03d}.md") for i in range(200)]
+    await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
+    gate = Gate("before_commit", hold=1)
+    commits = 0
+
+    async def hold_the_tenth(step: str, conn: Connection) -> None:
+        nonlocal commits
+        if step == "before_commit":
+            commits += 1
+            if commits == 10:
+                await gate(step, conn)
+
+    # The first worker has an ingestor of its own (the same ingest), so that only its ingests are held.
+    first_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=hold_the_tenth)
+    first = AttachmentWorker(AttachmentQueue(service.db), first_ingestor.ingest,
+                             WorkerOptions(**{**FAST, "tenant_id": tenant}), worker_id="first")
+    second = worker(service, tenant, "second")
+
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as first_scope:
+            tg.start_soon(second.drain)
+            async with anyio.create_task_group() as mine:
+                mine.start_soon(first.drain)
+                with anyio.fail_after(60):
+                    await gate.reached.wait()
+                held = [r for r in refs if (await status(service, tenant, r)).lease_owner == "first"]
+                first_scope.cancel()
+    assert len(held) == 1
+    assert first.stats.released == 1 and first.stats.ingested >= 9 and second.stats.ingested > 0
+    assert first.stats.ingested + second.stats.ingested == 200
+
+    states = [await status(service, tenant, r) for r in refs]
+    assert {s.state for s in states} == {AttachmentState.INGESTED}
+    assert {s.attempts for s in states} == {1}  # a released attempt is not counted
+    handed_over = await status(service, tenant, held[0])
+    assert [(h["outcome"], h["worker"]) for h in handed_over.history] == [("released", "first"),
+                                                                          ("ingested", "second")]
+    assert len({s.document_id for s in states}) == 200
+    written = await footprint(service.db, tenant)
+    assert (written["documents"], written["ingested_events"], written["sources"]) == (200, 200, 200)
+    stats = await service.ingest_stats(tenant)
+    assert stats.accepted == 200 and stats.refused == {} and stats.failed == {}
+
+
+# --- A worker process: SIGKILL mid-job (lease expiry), SIGTERM mid-job (clean stop) ------------------------------
+
+
+@contextlib.asynccontextmanager
+async def document_key_held(dsn: str, tenant: str, document_id: uuid.UUID) -> AsyncIterator[None]:
+    """Hold an uncommitted row on ``document_id``'s key, so an ingest of that document blocks inside
+    its transaction (mid-job) until the block ends (rolled back)."""
+    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+        with contextlib.suppress(_Rollback):
+            async with db.transaction() as tx:
+                source = uuid.uuid4()
+                await tx.execute(
+                    """INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type,
+                                              content)
+                       VALUES ($1, $2, 'KNOWLEDGE_SOURCE', 'USER', repeat('0', 64), 0, 'text/plain', '')""",
+                    tenant, source)
+                await tx.execute(
+                    """INSERT INTO knowledge_documents (tenant_id, document_id, version, ingested_by_principal_id,
+                           visibility, title, source_artifact_id, media_type, authority, chunker_version,
+                           ingested_at, valid_from, sensitivity)
+                       VALUES ($1, $2, 1, 'holder', 'principal', 'held', $3, 'text/plain', 'principal_supplied',
+                               'x', now(), now(), 'internal')""", tenant, document_id, source)
+                yield
+                raise _Rollback
+
+
+class _Rollback(Exception):
+    pass
+
+
+async def _lines(process: Process) -> AsyncIterator[dict[str, Any]]:
+    assert process.stdout is not None
+    buffer = b""
+    async for chunk in process.stdout:
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield json.loads(line)
+
+
+async def _blocked_on_a_lock(db: Database) -> bool:
+    return bool(await db.fetchval(
+        """SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+           AND wait_event_type = 'Lock' AND query LIKE '%knowledge_documents%'"""))
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
+async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, settings: Settings, tenant: str,
+                                                anyio_backend: str, how: str) -> None:
+    """SIGKILL: the dead worker's lease expires and a worker of this process takes the attachment
+    over. SIGTERM: the worker process rolls back, releases the attachment and exits 0."""
+    assert settings.dsn is not None
+    ref = await upload(service, tenant, markdown("Disaster recovery"), "dr.md")
+    document_id = attachment_document_id(tenant, "owner", ref.sha256)
+    command = [sys.executable, "-m", "knowledge.worker", "--dsn", settings.dsn, "--tenant", tenant,
+               "--lease-seconds", "1", "--poll-seconds", "0.05", "--backend", anyio_backend, "--log-level", "WARNING"]
+    async with document_key_held(settings.dsn, tenant, document_id):
+        process = await anyio.open_process(command, cwd=ROOT)
+        try:
+            lines = _lines(process)
+            with anyio.fail_after(60):
+                ready = await anext(lines)
+            assert ready["ready"] and len(ready["workers"]) == 1
+            await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+
+            async def mid_job() -> bool:
+                seen = await status(service, tenant, ref)
+                return seen.lease_owner == ready["workers"][0] and await _blocked_on_a_lock(service.db)
+
+            await wait_for(mid_job, 60)
+            if how == "sigkill":
+                process.kill()
+                assert await process.wait() == -signal.SIGKILL
+            else:
+                process.terminate()
+                with anyio.fail_after(30):  # hang detector: a clean stop is prompt
+                    assert await process.wait() == 0
+                    stopped = await anext(lines)
+                assert stopped["stopped"] and stopped["workers"][0]["released"] == 1
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with anyio.CancelScope(shield=True):
+                    await process.wait()
+            await process.aclose()
+
+    seen = await status(service, tenant, ref)
+    if how == "sigterm":
+        assert (seen.state, seen.attempts, seen.lease_owner) == (AttachmentState.PENDING, 0, None)
+        assert [h["outcome"] for h in seen.history] == ["released"]
+    else:
+        assert seen.state is AttachmentState.INGESTING and seen.lease_owner == ready["workers"][0]
+    assert (await footprint(service.db, tenant))["documents"] == 0  # nothing half-written
+
+    survivor = worker(service, tenant, "survivor")
+    with anyio.fail_after(60):
+        assert await survivor.drain() == 1
+    done = await status(service, tenant, ref)
+    assert done.state is AttachmentState.INGESTED and done.document_id == document_id
+    assert (await footprint(service.db, tenant))["documents"] == 1
+    if how == "sigkill":
+        assert survivor.stats.taken_over == 1
+        assert [(h["outcome"], h["worker"]) for h in done.history] == [("lease_expired", ready["workers"][0]),
+                                                                       ("ingested", "survivor")]
+        assert done.attempts == 2
+    else:
+        assert done.attempts == 1
+
+
+# --- The service's maintenance worker ---------------------------------------------------------------------------
+
+
+async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings: Settings, tenant: str) -> None:
+    async with KnowledgeService.open(with_workers(settings, tenant, sweep_interval_seconds=0.05)) as svc:
+        ref = await upload(svc, tenant, markdown("Onboarding"), "onboarding.md")
+        expired = await svc.artifacts.put(tenant, b"old", media_type="text/plain",
+                                          expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        await svc.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+
+        async def done() -> bool:
+            swept = not await svc.db.fetchval(
+                "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2", tenant, expired.artifact_id)
+            return swept and (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
+
+        await wait_for(done)
+        report = await svc.worker_status()
+        assert report is not None and report.swept >= 1 and report.queue == {"ingested": 1}
+        assert {a.name for a in report.actors} == {"attachment-worker-0", "artifact-sweeper"}
+        assert report.workers[0].ingested == 1 and not report.crash_looping
+        health = await svc.health()
+        assert health.ok and health.workers is not None
+
+
+async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
+        settings: Settings, tenant: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.ERROR, logger="knowledge.worker")
+    async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
+        assert svc.maintenance is not None
+        queue = svc.maintenance.queue
+        broken = True
+        real_claim = queue.claim
+
+        async def claim(*args: Any) -> Any:
+            if broken:
+                raise RuntimeError("injected claim failure")
+            return await real_claim(*args)
+
+        monkeypatch.setattr(queue, "claim", claim)
+
+        async def looping() -> bool:
+            report = await svc.worker_status()
+            return report is not None and report.crash_looping
+
+        await wait_for(looping)
+        report = await svc.worker_status()
+        assert report is not None
+        actor = next(a for a in report.actors if a.name == "attachment-worker-0")
+        assert actor.crash_looping and actor.consecutive_crashes >= 3 and actor.restarts >= 2
+        assert actor.last_error == "RuntimeError: injected claim failure"
+        health = await svc.health()
+        assert not health.ok and health.workers is not None and health.workers.crash_looping
+        assert any("CRASH LOOP" in r.getMessage() and r.exc_info for r in caplog.records)
+
+        broken = False  # the fault clears: the next restart works, and progress ends the loop
+        ref = await upload(svc, tenant, markdown("Recovery"), "recovery.md")
+        await svc.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+
+        async def recovered() -> bool:
+            return (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
+
+        await wait_for(recovered)
+        report = await svc.worker_status()
+        assert report is not None and not report.crash_looping
+        actor = next(a for a in report.actors if a.name == "attachment-worker-0")
+        assert actor.running and actor.consecutive_crashes == 0 and actor.crashes >= 3
+        assert (await svc.health()).ok
+
+
+async def test_closing_the_service_mid_job_releases_the_attachment(settings: Settings, tenant: str) -> None:
+    gate = Gate("before_commit", hold=1)
+    with anyio.fail_after(30):  # hang detector: closing mid-job is prompt
+        async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
+            svc.ingestor.fault_hook = gate
+            ref = await upload(svc, tenant, markdown("Maintenance window"), "window.md")
+            await svc.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+            await gate.reached.wait()
+    async with KnowledgeService.open(settings) as svc:
+        seen = await status(svc, tenant, ref)
+        assert (seen.state, seen.attempts, seen.lease_owner) == (AttachmentState.PENDING, 0, None)
+        assert [h["outcome"] for h in seen.history] == ["released"]
+        assert await footprint(svc.db, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
+                                                   "sources": 0, "ingested_events": 0}
+        assert await worker(svc, tenant).drain() == 1
+        assert (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
