@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
+from knowledge import catalog
 from knowledge.attachments import (
     AttachmentMark,
     AttachmentQueue,
@@ -235,6 +236,33 @@ class KnowledgeService:
     async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
         return await ingest_stats(self.db, tenant_id)
+
+    # --- The operator's read-side view (`knowledge.catalog`): tenant-scoped, visibility not applied ---
+
+    async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
+                        limit: int | None = None) -> list[catalog.DocumentSummary]:
+        """The tenant's live documents, newest first (the operator's listing, not retrieval)."""
+        return await catalog.list_documents(self.db, tenant_id, project=project, ingested_by=ingested_by, limit=limit)
+
+    async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
+        """A live document, its source and its live chunks (no text); None if absent or deleted."""
+        return await catalog.document_detail(self.db, tenant_id, document_id)
+
+    async def document_versions(self, document_id: UUID, *, tenant_id: str) -> list[catalog.VersionInfo]:
+        """Every version of a document still held, oldest first, with sources and chunk sets."""
+        return await catalog.document_versions(self.db, tenant_id, document_id)
+
+    async def resolve_citation(self, chunk_id: str, *, tenant_id: str) -> catalog.Citation | DeletedChunk | None:
+        """A chunk id resolved to its passage, document version and source; `DeletedChunk` if deleted."""
+        return await catalog.resolve_citation(self.db, tenant_id, chunk_id)
+
+    async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
+        """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
+        return await catalog.corpus_size(self.db, tenant_id)
+
+    async def citation_counts(self, tenant_id: str) -> catalog.CitationCounts | None:
+        """Citations counted over the recall traces still retained; None without trace tables."""
+        return await catalog.citation_counts(self.db, tenant_id)
 
     async def turn(self, request: TurnRequest) -> TurnResult:
         """One turn's knowledge (`knowledge.turn.run_turn`): retrieve under the knowledge class's

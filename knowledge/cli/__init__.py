@@ -1,0 +1,145 @@
+"""``knowledge``: the operator's command line.
+
+    knowledge [--dsn DSN | --data-dir DIR] [--tenant T] [--principal P] [--loop trio|asyncio] [--json] COMMAND
+
+Commands: ``ingest``, ``search``, ``docs list|show|versions|delete|rechunk``, ``chunk show``, ``stats``,
+``worker``, ``db start|stop|status|psql``. Human output by default (tables, a progress bar); ``--json``
+prints one JSON document on stdout instead. Errors are one line on stderr; exit codes are in
+`knowledge.cli.context` (0 done, 1 refused, 2 bad arguments, 3 database unavailable, 130 interrupted).
+
+The CLI's principal (``--principal``, default ``operator``) holds ``knowledge.write`` and ingests with
+``USER`` origin trust: an operator at a terminal is the user.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import pydantic
+import typer
+
+from knowledge.cli.context import (
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliError,
+    Options,
+)
+from knowledge.cli.db_cmd import db_app
+from knowledge.cli.docs_cmd import chunk_app, docs_app
+from knowledge.cli.ingest_cmd import ingest
+from knowledge.cli.output import Output, safe
+from knowledge.cli.search_cmd import search
+from knowledge.cli.stats_cmd import stats
+from knowledge.cli.worker_cmd import worker
+from knowledge.errors import DatabaseUnavailable, KnowledgeError
+
+app = typer.Typer(
+    name="knowledge", help="Store documents and retrieve verbatim, cited passages: the operator's CLI.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    epilog="Exit codes: 0 done; 1 refused (for ingest: any file refused); 2 bad arguments; "
+           "3 database unavailable; 130 interrupted.",
+)
+
+
+class Loop(StrEnum):
+    TRIO = "trio"
+    ASYNCIO = "asyncio"
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    dsn: Annotated[str | None, typer.Option(envvar="KNOWLEDGE_DSN", show_envvar=True,
+                                            help="PostgreSQL DSN; default: the embedded server of --data-dir.",
+                                            show_default=False)] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="The embedded server's data directory (default "
+                                                       "$KNOWLEDGE_DATA_DIR, else a per-user folder).",
+                                                  show_default=False)] = None,
+    tenant: Annotated[str, typer.Option(help="The tenant (isolation boundary).")] = "default",
+    principal: Annotated[str, typer.Option(help="Who acts: ingests, searches, deletes.")] = "operator",
+    loop: Annotated[Loop, typer.Option(help="The event loop.")] = Loop.TRIO,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output (one JSON document).")] = False,
+) -> None:
+    ctx.obj = Options(dsn=dsn or None, data_dir=data_dir, tenant=tenant, principal_id=principal, loop=loop.value,
+                      out=Output(json_output))
+
+
+app.command(help="Ingest files and folders (recursive); exit 1 if any file was refused.")(ingest)
+app.command(help="Search and print the rendered <knowledge> block.")(search)
+app.add_typer(docs_app, name="docs")
+app.add_typer(chunk_app, name="chunk")
+app.command(help="The tracked metrics: corpus size, ingestion outcomes, instruction-like rate, budget "
+                 "pressure, citation counts.")(stats)
+app.command(help="Run the maintenance worker until SIGINT/SIGTERM.")(worker)
+app.add_typer(db_app, name="db")
+
+#: click's base exception, whichever click typer brings (its own copy, or the click package).
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) exception groups, or the group itself if there are several."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _one_line(text: str) -> str:
+    return safe(" ".join(text.split()) if "\n" not in text else text.strip().splitlines()[0])
+
+
+def describe(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the one line of stderr for an exception that ended a command."""
+    exc = _leaf(exc)
+    if isinstance(exc, CliError):
+        return exc.code, exc.message
+    if isinstance(exc, DatabaseUnavailable):
+        return EXIT_UNAVAILABLE, f"database unavailable: {_one_line(exc.message)}"
+    if isinstance(exc, KnowledgeError):
+        chunk = getattr(exc, "chunk_ordinal", None)
+        where = f" (chunk {chunk} under {' > '.join(getattr(exc, 'heading_path', None) or ())})" \
+            if chunk is not None else ""
+        detail = "" if exc.message == exc.reason else f": {_one_line(exc.message)}"
+        return EXIT_REFUSED, f"refused: {exc.reason}{detail}{where}"
+    if isinstance(exc, pydantic.ValidationError):
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ())) or "value"
+        return EXIT_USAGE, f"invalid {loc}: {first.get('msg', 'invalid')}"
+    if isinstance(exc, (KeyboardInterrupt, typer.Abort)):
+        return EXIT_INTERRUPTED, "interrupted"
+    if isinstance(exc, _ClickException):
+        return int(getattr(exc, "exit_code", EXIT_USAGE)), _one_line(exc.format_message())  # type: ignore[attr-defined]
+    if isinstance(exc, OSError):
+        return EXIT_REFUSED, f"{exc.strerror or type(exc).__name__}: {exc.filename or _one_line(str(exc))}"
+    return EXIT_REFUSED, f"unexpected error: {type(exc).__name__}: {_one_line(str(exc))}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script ``knowledge``: run one command; return its exit code, never a traceback
+    (set ``KNOWLEDGE_TRACEBACK=1`` to see one on stderr as well)."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="knowledge",
+                              standalone_mode=False)
+    except BaseException as exc:  # every way out: one line and an exit code
+        if isinstance(exc, SystemExit):
+            return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a group without a command: its help (rich prints it)
+            if help_text := str(exc.format_message()):  # type: ignore[attr-defined]
+                sys.stdout.write(help_text + "\n")
+            return EXIT_USAGE
+        code, message = describe(exc)
+        if os.environ.get("KNOWLEDGE_TRACEBACK"):
+            traceback.print_exception(exc)
+        sys.stderr.write(f"knowledge: {message}\n")
+        sys.stderr.flush()
+        return code
+    return result if isinstance(result, int) else 0

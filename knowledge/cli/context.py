@@ -1,0 +1,101 @@
+"""What every command shares: the global options, the exit codes, opening the service.
+
+Exit codes (the same for every command):
+
+    0  done (for ``ingest``: every file ingested, or already there unchanged)
+    1  refused: the service refused (a typed reason: ``secret_detected``, ``document_not_found`` …),
+       or, for ``ingest``, at least one file was refused
+    2  bad arguments: an unknown option, a malformed value, a missing file, a naive ``--as-of``
+    3  the database is unavailable (unreachable, or the embedded server could not start / is not running)
+  130  interrupted
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import typer
+
+from knowledge.cli.output import Output
+from knowledge.config import Settings
+from knowledge.ingest import WRITE_SCOPE
+from knowledge.models import Principal
+from knowledge.service import KnowledgeService
+from supervisors.embedded_pg import embedded_status, start_embedded
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+EXIT_INTERRUPTED = 130
+
+T = TypeVar("T")
+
+
+class CliError(Exception):
+    """One line for stderr and an exit code: raised by commands for what they refuse themselves."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass
+class Options:
+    """The global options (``knowledge [OPTIONS] COMMAND``)."""
+
+    dsn: str | None
+    data_dir: Path | None
+    tenant: str
+    principal_id: str
+    loop: str
+    out: Output
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings for a short-lived command: a small pool, no background sweeper or workers
+        (commands that expire artifacts sweep themselves; ``knowledge worker`` runs the sweeper)."""
+        base = Settings.from_env(dsn=self.dsn, data_dir=self.data_dir)
+        values = {**base.model_dump(), "pool_min_size": 1, "pool_max_size": 4, "sweep_interval_seconds": None,
+                  "attachment_workers": 0, "application_name": "knowledge-cli", **overrides}
+        return Settings.model_validate(values)
+
+    def principal(self) -> Principal:
+        """The CLI's principal: the operator at a terminal, holding ``knowledge.write``."""
+        return Principal(tenant_id=self.tenant, principal_id=self.principal_id, scopes=frozenset({WRITE_SCOPE}))
+
+    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` on the chosen event loop (``--loop``)."""
+        return anyio.run(fn, backend=self.loop)
+
+
+def options(ctx: typer.Context) -> Options:
+    obj = ctx.find_object(Options)
+    if obj is None:  # a command invoked without the group's callback (never from the console script)
+        raise CliError("internal: global options missing")
+    return obj
+
+
+def join_running_server(data_dir: Path) -> bool:
+    """If the embedded server for ``data_dir`` is running, join it so that it stays running when this
+    process exits (it was started by ``knowledge db start`` or by another process); else do nothing,
+    and the service starts one that stops when this process exits. Returns whether it was running."""
+    if embedded_status(data_dir) is None:
+        return False
+    start_embedded(data_dir, cleanup_mode=None)
+    return True
+
+
+@contextlib.asynccontextmanager
+async def open_service(opts: Options, **overrides: Any) -> AsyncIterator[KnowledgeService]:
+    """Open the service for one command (joining a running embedded server, see `join_running_server`)."""
+    settings = opts.settings(**overrides)
+    if settings.dsn is None:
+        await anyio.to_thread.run_sync(join_running_server, settings.data_dir)
+    async with KnowledgeService.open(settings) as svc:
+        yield svc

@@ -1,0 +1,119 @@
+"""``knowledge db start | stop | status | psql``: the embedded PostgreSQL server of ``--data-dir``.
+
+``db start`` leaves the server running after it exits (every other command then joins it, and leaves
+it running); without it, each command starts the server for itself and stops it when it exits.
+``db psql`` runs the psql that ships with the embedded server against the service's database (or
+against ``--dsn``).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from knowledge.cli.context import EXIT_UNAVAILABLE, CliError, Options, open_service, options
+from knowledge.service import Health
+from supervisors.embedded_pg import BIN, embedded_status, start_embedded, stop_embedded
+
+db_app = typer.Typer(help="The embedded PostgreSQL server (of --data-dir).", no_args_is_help=True)
+
+
+def _embedded_only(opts: Options, what: str) -> Path:
+    settings = opts.settings()
+    if settings.dsn is not None:
+        raise CliError(f"db {what} manages the embedded server; unset --dsn / $KNOWLEDGE_DSN")
+    return settings.data_dir
+
+
+async def _health(opts: Options, **overrides: Any) -> Health:
+    async with open_service(opts, **overrides) as svc:
+        return await svc.health()
+
+
+@db_app.command("start")
+def start(ctx: typer.Context) -> int:
+    """Start the embedded server (initdb on first use), create and migrate the database, and leave it running."""
+    opts = options(ctx)
+    data_dir = _embedded_only(opts, "start")
+    server = start_embedded(data_dir, cleanup_mode=None)
+    health = opts.run(lambda: _health(opts))
+    how = "cold start (initdb)" if server.cold_start else ("already running" if server.reused else "started")
+    facts = {"running": True, "pid": server.pid, "pgdata": str(server.pgdata), "how": how,
+             "start_seconds": round(server.start_seconds, 3), "dsn": server.dsn(opts.settings().database),
+             "server_version": health.server_version, "schema_version": health.schema_version}
+    if opts.out.json:
+        opts.out.emit_json(facts)
+    else:
+        opts.out.line(f"embedded PostgreSQL {health.server_version} running (pid {server.pid}, {how} in "
+                      f"{server.start_seconds:.2f}s)")
+        opts.out.line(f"data: {server.pgdata}\ndsn:  {facts['dsn']}\nschema: {health.schema_version}/"
+                      f"{health.schema_expected}; stop it with: knowledge db stop")
+    return 0
+
+
+@db_app.command("stop")
+def stop(ctx: typer.Context) -> int:
+    """Stop the embedded server, whoever started it."""
+    opts = options(ctx)
+    data_dir = _embedded_only(opts, "stop")
+    stopped = stop_embedded(data_dir)
+    if opts.out.json:
+        opts.out.emit_json({"stopped": stopped, "data_dir": str(data_dir)})
+    else:
+        opts.out.line(f"embedded PostgreSQL in {data_dir}: {'stopped' if stopped else 'was not running'}")
+    return 0
+
+
+@db_app.command("status")
+def status(ctx: typer.Context) -> int:
+    """Whether the server answers (exit 0) or not (exit 3): the embedded one of --data-dir, or --dsn's."""
+    opts = options(ctx)
+    settings = opts.settings()
+    if settings.dsn is not None:
+        health = opts.run(lambda: _health(opts, migrate=False))
+        facts: dict[str, Any] = {"running": health.ok or health.error is None, "embedded": False,
+                                 "server_version": health.server_version, "database": health.database,
+                                 "schema_version": health.schema_version, "schema_expected": health.schema_expected,
+                                 "latency_ms": round(health.latency_ms, 2)}
+    else:
+        server = embedded_status(settings.data_dir)
+        facts = {"running": server is not None, "embedded": True, "data_dir": str(settings.data_dir)}
+        if server is not None:
+            facts.update(pid=server.pid, pgdata=str(server.pgdata), socket_dir=str(server.socket_dir),
+                         dsn=server.dsn(settings.database))
+    if opts.out.json:
+        opts.out.emit_json(facts)
+    elif not facts["running"]:
+        opts.out.line(f"embedded PostgreSQL in {settings.data_dir}: not running (start it with: knowledge db start)")
+    elif facts["embedded"]:
+        opts.out.line(f"embedded PostgreSQL running: pid {facts['pid']}, data {facts['pgdata']}\ndsn: {facts['dsn']}")
+    else:
+        opts.out.line(f"PostgreSQL {facts['server_version']} at --dsn: database {facts['database']}, schema "
+                      f"{facts['schema_version']}/{facts['schema_expected']}, {facts['latency_ms']} ms")
+    return 0 if facts["running"] else EXIT_UNAVAILABLE
+
+
+@db_app.command("psql", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def psql(ctx: typer.Context) -> int:
+    """psql (bundled with the embedded server) on the service's database; extra arguments go to psql."""
+    opts = options(ctx)
+    settings = opts.settings()
+    dsn = settings.dsn
+    if dsn is None:
+        opts.run(lambda: _health(opts))  # start or join the server; create and migrate the database
+        server = embedded_status(settings.data_dir)
+        if server is None:
+            raise CliError("the embedded server is not running", EXIT_UNAVAILABLE)
+        dsn = server.dsn(settings.database)
+    binary = BIN / "psql"
+    if not binary.exists():
+        raise CliError(f"psql not found at {binary}", EXIT_UNAVAILABLE)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # psql handles ^C itself (cancels the query)
+    try:
+        return subprocess.run([str(binary), dsn, *ctx.args], check=False).returncode
+    finally:
+        signal.signal(signal.SIGINT, previous)

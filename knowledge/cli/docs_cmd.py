@@ -1,0 +1,240 @@
+"""``knowledge docs list | show | versions | delete | rechunk`` and ``knowledge chunk show``.
+
+The operator's view of one tenant (``--tenant``): every document in it, whatever its visibility.
+Deleting and re-chunking act as ``--principal``, who must be the principal that ingested the document.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from knowledge.catalog import Citation, DocumentDetail, DocumentSummary, VersionInfo
+from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
+from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options
+from knowledge.cli.output import human_bytes, safe
+from knowledge.lifecycle import DeletedChunk
+from knowledge.normalize import NORMALIZER_VERSION
+from knowledge.render import PATH_SEPARATOR
+
+docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
+chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
+
+
+def parse_document_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise CliError(f"not a document id (a UUID): {value!r}") from None
+
+
+def _path(heading_path: list[str]) -> str:
+    return PATH_SEPARATOR.join(heading_path)
+
+
+@docs_app.command("list")
+def list_documents(
+    ctx: typer.Context,
+    project: Annotated[str | None, typer.Option(help="Only this project's documents.")] = None,
+    ingested_by: Annotated[str | None, typer.Option(help="Only documents this principal ingested.")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 1000,
+) -> int:
+    """The tenant's live documents, newest first."""
+    opts = options(ctx)
+
+    async def run() -> list[DocumentSummary]:
+        async with open_service(opts) as svc:
+            return await svc.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit)
+
+    docs = opts.run(run)
+    if opts.out.json:
+        opts.out.emit_json(docs)
+        return 0
+    rows = [(d.document_id, d.version, d.title, d.visibility + (f":{d.project_scope}" if d.project_scope else ""),
+             d.chunks, d.tokens, d.ingested_at) for d in docs]
+    opts.out.table(None, ["document", "v", "title", "visibility", "chunks", "tokens", "ingested"], rows,
+                   wrap=["title"])
+    opts.out.line(f"{len(rows)} documents in tenant {safe(opts.tenant)}")
+    return 0
+
+
+def _show_document(opts: Options, detail: DocumentDetail) -> None:
+    d, s = detail.document, detail.source
+    opts.out.fields(f"Document {d.document_id}", {
+        "title": d.title, "version": f"{d.version} (of {detail.versions})", "visibility": d.visibility,
+        "project scope": d.project_scope or "-", "sensitivity": d.sensitivity, "authority": d.authority,
+        "doc date": d.doc_date or "-", "ingested": f"{d.ingested_at:%Y-%m-%d %H:%M:%S %Z} by {d.ingested_by}",
+        "chunker": d.chunker_version,
+        "chunks": f"{d.chunks} ({d.tokens} tokens, {d.instruction_like_chunks} instruction-like)",
+        "source": f"{s.artifact_id} ({s.origin})", "source sha256": s.sha256,
+        "source size": f"{human_bytes(s.size_bytes)} {s.media_type}", "file name": s.file_name or "-",
+    })
+    opts.out.table("Chunks", ["#", "chunk", "heading path", "tokens", "instruction-like"],
+                   [(c.ordinal, c.chunk_id, _path(c.heading_path), c.tokens, "yes" if c.instruction_like else "")
+                    for c in detail.chunks], wrap=["heading path"])
+
+
+@docs_app.command("show")
+def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar="ID")]) -> int:
+    """A document's live version, its source, and its chunks (without their text)."""
+    opts = options(ctx)
+    doc_id = parse_document_id(document_id)
+
+    async def run() -> DocumentDetail | None:
+        async with open_service(opts) as svc:
+            return await svc.document(doc_id, tenant_id=opts.tenant)
+
+    detail = opts.run(run)
+    if detail is None:
+        raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}", EXIT_REFUSED)
+    if opts.out.json:
+        opts.out.emit_json(detail)
+    else:
+        _show_document(opts, detail)
+    return 0
+
+
+@docs_app.command("versions")
+def versions(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar="ID")]) -> int:
+    """Every version of a document still held (superseded ones stay readable with search --as-of)."""
+    opts = options(ctx)
+    doc_id = parse_document_id(document_id)
+
+    async def run() -> list[VersionInfo]:
+        async with open_service(opts) as svc:
+            return await svc.document_versions(doc_id, tenant_id=opts.tenant)
+
+    held = opts.run(run)
+    if not held:
+        raise CliError(f"document_not_found: no document {doc_id} in tenant {opts.tenant}", EXIT_REFUSED)
+    if opts.out.json:
+        opts.out.emit_json(held)
+        return 0
+    opts.out.table(f"Document {doc_id}", ["v", "state", "valid from", "valid to", "title", "chunk sets", "source"], [
+        (v.document.version, "live" if v.document.live else "superseded", v.document.valid_from,
+         v.document.valid_to or "-", v.document.title,
+         ", ".join(f"{s.chunker_version}:{s.chunk_count}{'' if s.superseded_at is None else ' (re-chunked)'}"
+                   for s in v.chunk_sets),
+         f"{v.source.sha256[:12]} {human_bytes(v.source.size_bytes)}")
+        for v in held], wrap=["title", "chunk sets"])
+    return 0
+
+
+@docs_app.command("delete")
+def delete(
+    ctx: typer.Context,
+    document_id: Annotated[str, typer.Argument(metavar="ID")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> int:
+    """Delete every version of a document, its chunks, index rows and postings, and its source bytes.
+    Citations of it then resolve to "deleted"."""
+    opts = options(ctx)
+    doc_id = parse_document_id(document_id)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CliError("refusing to delete without --yes (standard input is not a terminal)")
+        if not typer.confirm(f"Delete document {doc_id} and every version of it?"):
+            raise CliError("not deleted", EXIT_REFUSED)
+    principal = opts.principal()
+
+    async def run() -> tuple[int, int]:
+        async with open_service(opts) as svc:
+            chunks = await svc.delete(doc_id, principal)
+            return chunks, await svc.artifacts.sweep()
+
+    chunks, swept = opts.run(run)
+    if opts.out.json:
+        opts.out.emit_json({"document_id": doc_id, "deleted": True, "chunks": chunks, "artifacts_swept": swept})
+    else:
+        opts.out.line(f"deleted document {doc_id}: {chunks} chunks; source bytes removed ({swept} artifacts swept)")
+    return 0
+
+
+class ChunkerChoice(StrEnum):
+    CURRENT = "current"  # the chunker this build ingests with (Markdown structure or paragraphs, by media type)
+    PARAGRAPHS = "paragraphs"  # paragraphs only, headings ignored
+
+
+class ParagraphChunker:
+    """Paragraphs only, headings ignored: the same sizes as the current chunker, another version."""
+
+    version = f"para1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
+
+    def chunk(self, text: str, title: str) -> list[ChunkDraft]:
+        return chunk_text(text, title, markdown=False)
+
+
+@docs_app.command("rechunk")
+def rechunk(
+    ctx: typer.Context,
+    document_id: Annotated[str, typer.Argument(metavar="ID")],
+    chunker: Annotated[ChunkerChoice, typer.Option(help="current: this build's chunker (after an upgrade); "
+                                                       "paragraphs: headings ignored.")] = ChunkerChoice.CURRENT,
+) -> int:
+    """Re-chunk a document's live version from its stored source under another chunker version. The old
+    chunk set's citations keep resolving; live search reads the new one."""
+    opts = options(ctx)
+    doc_id = parse_document_id(document_id)
+    principal = opts.principal()
+
+    async def run() -> tuple[int, str]:
+        async with open_service(opts) as svc:
+            live = await svc.document(doc_id, tenant_id=opts.tenant)
+            if live is None:
+                raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
+                               EXIT_REFUSED)
+            choice: Chunker
+            if chunker is ChunkerChoice.PARAGRAPHS:
+                choice = ParagraphChunker()
+            elif svc.extractors.for_media_type(live.document.media_type).structure == "markdown":
+                choice = MarkdownChunker()
+            else:
+                choice = PlainTextChunker()
+            return await svc.rechunk(doc_id, choice, principal), choice.version
+
+    count, version = opts.run(run)
+    if opts.out.json:
+        opts.out.emit_json({"document_id": doc_id, "chunker_version": version, "chunks": count})
+    else:
+        opts.out.line(f"re-chunked document {doc_id} under {version}: {count} chunks")
+    return 0
+
+
+@chunk_app.command("show")
+def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(metavar="CHUNK_ID")]) -> int:
+    """Resolve a citation: the passage, its document version and its source; a deleted one shows as deleted."""
+    opts = options(ctx)
+
+    async def run() -> Citation | DeletedChunk | None:
+        async with open_service(opts) as svc:
+            return await svc.resolve_citation(chunk_id, tenant_id=opts.tenant)
+
+    found = opts.run(run)
+    if found is None:
+        raise CliError(f"chunk_not_found: no chunk {chunk_id} in tenant {opts.tenant}", EXIT_REFUSED)
+    if isinstance(found, DeletedChunk):
+        if opts.out.json:
+            opts.out.emit_json({"status": "deleted", **found.model_dump(mode="json")})
+        else:
+            opts.out.line(f"chunk {safe(chunk_id)}: this passage has been deleted "
+                          f"(document {found.document_id}, deleted {found.deleted_at:%Y-%m-%d %H:%M:%S %Z})")
+        return 0
+    status = "live" if found.live else "historical"
+    if opts.out.json:
+        opts.out.emit_json({"status": status, **found.model_dump(mode="json")})
+        return 0
+    c, d, s = found.chunk, found.document, found.source
+    opts.out.fields(f"Chunk {c.chunk_id} ({status})", {
+        "document": f"{d.document_id} v{d.version}{'' if d.live else ' (superseded)'}", "title": d.title,
+        "heading path": _path(c.heading_path) or "-", "ordinal": c.ordinal, "tokens": c.tokens,
+        "instruction-like": "yes" if c.contains_instruction_like_text else "no", "content sha256": c.content_sha256,
+        "source": f"{s.artifact_id} {s.media_type} {human_bytes(s.size_bytes)} sha256 {s.sha256[:16]}…",
+        "file name": s.file_name or "-",
+    })
+    opts.out.line("")
+    opts.out.text(safe(c.text))
+    return 0

@@ -1,0 +1,243 @@
+"""``knowledge ingest PATH…``: files and folders (recursive), with a progress bar and outcomes by reason.
+
+Each file is one document whose id is derived from the tenant and the file's absolute path, so
+ingesting a folder again finds what is already there: an unchanged file is ``unchanged``, a changed
+one becomes a new version of its document. Media types come from content and extension: ``%PDF-``
+is ``application/pdf``; ``.md``/``.markdown`` is ``text/markdown``; other UTF-8 text (no NUL) is
+``text/plain``; anything else keeps its guessed type (or ``application/octet-stream``) and the
+service refuses it with ``unsupported_media_type``. Hidden files and folders (``.name``) are skipped
+inside folders. The upload is only the vehicle: it expires once ingested, the document keeps its own
+copy of the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import time
+import uuid
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from pydantic import BaseModel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from knowledge.catalog import live_document
+from knowledge.cli.context import EXIT_OK, EXIT_REFUSED, CliError, Options, open_service, options
+from knowledge.cli.output import human_bytes
+from knowledge.errors import ArtifactTooLarge, KnowledgeError
+from knowledge.ingest import IngestRefused
+from knowledge.models import ArtifactOrigin, Authority, Principal, Sensitivity, TrustLevel, Visibility
+from knowledge.render import PATH_SEPARATOR
+from knowledge.service import KnowledgeService
+
+#: What counts as success: no refusal among these outcomes.
+OK_OUTCOMES = ("ingested", "new_version", "unchanged")
+
+
+class FileOutcome(BaseModel):
+    """What happened to one file."""
+
+    path: str
+    outcome: str  # ingested | new_version | unchanged | refused
+    reason: str | None = None  # the refusal's reason code
+    message: str | None = None  # the refusal's message (never a secret: the scanner names kind and line)
+    media_type: str | None = None
+    size_bytes: int | None = None
+    title: str | None = None
+    document_id: uuid.UUID | None = None
+    version: int | None = None
+    chunks: int | None = None
+    chunk_ordinal: int | None = None  # secret_detected: the chunk holding the credential
+    heading_path: list[str] | None = None
+
+
+def detect_media_type(path: Path, data: bytes) -> str:
+    """The media type of a file from its content and extension (see the module docstring)."""
+    if data.startswith(b"%PDF-"):
+        return "application/pdf"
+    if path.suffix.lower() in (".md", ".markdown"):
+        return "text/markdown"
+    if b"\x00" not in data:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return "text/plain"
+    return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+
+
+def document_id_for(tenant: str, path: Path) -> uuid.UUID:
+    """The document a file is, within a tenant: the same absolute path, the same document."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{path.resolve()}")
+
+
+def collect(paths: list[Path]) -> list[tuple[Path, str]]:
+    """Every file to ingest with its default title (a folder's files: their path inside it).
+    A path that does not exist is a bad argument."""
+    found: list[tuple[Path, str]] = []
+    for path in paths:
+        if not path.exists():
+            raise CliError(f"no such file or directory: {path}")
+        if path.is_dir():
+            for file in sorted(path.rglob("*")):
+                rel = file.relative_to(path)
+                if file.is_file() and not any(part.startswith(".") for part in rel.parts):
+                    found.append((file, rel.as_posix()))
+        else:
+            found.append((path, path.name))
+    seen: set[Path] = set()
+    unique = []
+    for file, title in found:
+        if file.resolve() not in seen:
+            seen.add(file.resolve())
+            unique.append((file, title))
+    return unique
+
+
+def read_source(file: Path, limit: int) -> bytes:
+    """A file's bytes; `ArtifactTooLarge` above the artifact store's limit (checked before reading)."""
+    size = file.stat().st_size
+    if size > limit:
+        raise ArtifactTooLarge(message=f"{size} bytes exceeds the {limit}-byte limit")
+    return file.read_bytes()
+
+
+async def ingest_file(svc: KnowledgeService, principal: Principal, file: Path, title: str,
+                      request: dict[str, Any]) -> FileOutcome:
+    """Ingest one file; a refusal (typed, or an unreadable file) is an outcome, not an exception."""
+    out = FileOutcome(path=str(file), outcome="refused", title=title)
+    tenant = principal.tenant_id
+    try:
+        data = await anyio.to_thread.run_sync(read_source, file, svc.settings.max_artifact_bytes)
+    except OSError as exc:
+        return out.model_copy(update={"reason": "unreadable", "message": exc.strerror or str(exc)})
+    except KnowledgeError as exc:
+        return out.model_copy(update={"reason": exc.reason, "message": exc.message})
+    media_type = detect_media_type(file, data)
+    out = out.model_copy(update={"media_type": media_type, "size_bytes": len(data)})
+    document_id = document_id_for(tenant, file)
+    existing = await live_document(svc.db, tenant, document_id)
+    if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
+        return out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
+                                      "version": existing.version, "chunks": existing.chunks})
+    try:
+        ref = await svc.artifacts.put(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
+                                      trust=TrustLevel.USER, file_name=file.name)
+        try:
+            doc = await svc.ingest(
+                ref, title, principal=principal, origin_trust=TrustLevel.USER,
+                document_id=None if existing else document_id, replaces=document_id if existing else None,
+                **request)
+        finally:
+            await svc.artifacts.set_expiry(tenant, ref.artifact_id, datetime.now(UTC))
+    except IngestRefused as exc:
+        return out.model_copy(update={
+            "reason": exc.reason, "message": exc.message, "chunk_ordinal": exc.chunk_ordinal,
+            "heading_path": list(exc.heading_path) if exc.heading_path is not None else None})
+    except KnowledgeError as exc:
+        if exc.reason == "database_unavailable" or exc.reason == "embedded_server":
+            raise
+        return out.model_copy(update={"reason": exc.reason, "message": exc.message})
+    summary = await live_document(svc.db, tenant, doc.document_id)
+    return out.model_copy(update={
+        "outcome": "new_version" if existing else "ingested", "document_id": doc.document_id,
+        "version": doc.version, "chunks": summary.chunks if summary else None})
+
+
+def tally(results: list[FileOutcome]) -> dict[str, int]:
+    """Outcomes by reason: ``ingested``, ``new_version``, ``unchanged``, then each refusal's reason."""
+    counts: dict[str, int] = {}
+    for r in results:
+        key = r.outcome if r.outcome in OK_OUTCOMES else (r.reason or "refused")
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _detail(r: FileOutcome) -> str:
+    if r.reason == "secret_detected" and r.chunk_ordinal is not None:
+        path = PATH_SEPARATOR.join(r.heading_path or []) or "(no heading)"
+        return f"chunk {r.chunk_ordinal} under {path}"
+    return r.message or ""
+
+
+def ingest(
+    ctx: typer.Context,
+    paths: Annotated[list[Path], typer.Argument(help="Files and folders (folders recursively).",
+                                                show_default=False)],
+    visibility: Annotated[Visibility, typer.Option(help="Who may read the documents.")] = Visibility.TENANT,
+    project: Annotated[str | None, typer.Option(help="Project scope (required with --visibility project).")] = None,
+    sensitivity: Annotated[Sensitivity, typer.Option()] = Sensitivity.INTERNAL,
+    authority: Annotated[Authority, typer.Option(help="How the documents were obtained.")] = (
+        Authority.PRINCIPAL_SUPPLIED),
+    title: Annotated[str | None, typer.Option(help="Title (one file only; default: the file's name, or "
+                                                   "its path inside the folder).")] = None,
+    doc_date: Annotated[str | None, typer.Option(help="The documents' date, YYYY-MM-DD.")] = None,
+) -> int:
+    """Ingest files and folders: media type from content and extension, a progress bar, outcomes by
+    reason. Exit 0 if every file was ingested (or was already there, unchanged), 1 if any was refused."""
+    opts = options(ctx)
+    if visibility is Visibility.PROJECT and not project:
+        raise CliError("--visibility project requires --project")
+    try:
+        when = date.fromisoformat(doc_date) if doc_date else None
+    except ValueError:
+        raise CliError(f"--doc-date must be YYYY-MM-DD, not {doc_date!r}") from None
+    files = collect(paths)
+    if title is not None and (len(files) != 1 or paths[0].is_dir()):
+        raise CliError("--title applies to a single file")
+    if title is not None:
+        files = [(files[0][0], title)]
+    principal = opts.principal()
+    request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
+                               "authority": authority, "sensitivity": sensitivity}
+    began = time.perf_counter()
+    results = opts.run(lambda: _ingest_all(opts, principal, files, request))
+    elapsed = time.perf_counter() - began
+    counts = tally(results)
+    code = EXIT_OK if all(r.outcome in OK_OUTCOMES for r in results) else EXIT_REFUSED
+    if opts.out.json:
+        opts.out.emit_json({"files": results, "outcomes": counts, "exit_code": code})
+        return code
+    _report(opts, results, counts, elapsed)
+    return code
+
+
+async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Path, str]],
+                      request: dict[str, Any]) -> list[FileOutcome]:
+    results: list[FileOutcome] = []
+    async with open_service(opts) as svc:
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=opts.out.err, disable=opts.out.json or not opts.out.err.is_terminal)
+        with progress:
+            task = progress.add_task("ingesting", total=len(files))
+            for file, title in files:
+                progress.update(task, description=f"ingesting {file.name[:40]}")
+                results.append(await ingest_file(svc, principal, file, title, request))
+                progress.advance(task)
+        await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
+    return results
+
+
+def _report(opts: Options, results: list[FileOutcome], counts: dict[str, int], elapsed: float) -> None:
+    out = opts.out
+    done = [r for r in results if r.outcome in ("ingested", "new_version")]
+    if done and len(done) <= 20:
+        out.table("Ingested", ["path", "document", "v", "chunks", "type"],
+                  [(r.path, r.document_id, r.version, r.chunks, r.media_type) for r in done], wrap=["path"])
+    refused = [r for r in results if r.outcome not in OK_OUTCOMES]
+    if refused:
+        out.table("Refused", ["path", "reason", "detail"], [(r.path, r.reason, _detail(r)) for r in refused],
+                  wrap=["path", "detail"])
+    ordered = sorted(counts.items(), key=lambda kv: (kv[0] not in OK_OUTCOMES, -kv[1], kv[0]))
+    out.table("Outcomes", ["outcome", "files"], ordered)
+    size = sum(r.size_bytes or 0 for r in results)
+    files = f"{len(results)} file{'s' * (len(results) != 1)}"
+    out.line(f"{files}, {human_bytes(size)} in {elapsed:.1f}s: {len(done)} ingested, "
+             f"{counts.get('unchanged', 0)} unchanged, {len(refused)} refused")
+    if len(done) > 20:
+        out.line("list them with: knowledge docs list")

@@ -1,0 +1,91 @@
+"""Output for the CLI: JSON for scripts (``--json``), rich tables for a terminal.
+
+Everything a document supplies (titles, headings, passage text) is printed as plain text, never as
+rich markup, and with control characters other than newline and tab shown as ``\\xNN`` — a
+document cannot style or drive the operator's terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def safe(value: object) -> str:
+    """``value`` as text with control characters (except newline and tab) made visible."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if value is None else str(value))
+
+
+def cell(value: object) -> Text:
+    """A table cell that is never interpreted as markup."""
+    if isinstance(value, datetime):
+        value = value.strftime("%Y-%m-%d %H:%M")
+    return Text(safe("" if value is None else value))
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+class Output:
+    """Where one invocation prints: stdout for results, stderr for progress and errors."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json = json_mode
+        # Not a terminal and no $COLUMNS: 120 columns rather than rich's 80 (ids are 36 wide).
+        width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+        self.console = Console(soft_wrap=False, highlight=False, width=width)
+        self.err = Console(stderr=True, highlight=False)
+
+    def emit_json(self, data: Any, *, compact: bool = False) -> None:
+        """One JSON document on stdout (pydantic models, UUIDs and datetimes included); ``compact``: on
+        one line (a stream of events, one per line)."""
+        text = json.dumps(to_jsonable_python(data), indent=None if compact else 2, ensure_ascii=False)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def text(self, value: str) -> None:
+        """Plain text on stdout, verbatim (no markup, no wrapping)."""
+        sys.stdout.write(value if value.endswith("\n") else value + "\n")
+        sys.stdout.flush()
+
+    def line(self, value: str) -> None:
+        """A line of the CLI's own words (may carry rich markup; never document content)."""
+        self.console.print(value, soft_wrap=True)
+
+    def table(self, title: str | None, columns: Iterable[str], rows: Iterable[Iterable[object]],
+              wrap: Iterable[str] = ()) -> None:
+        """A table; only the ``wrap`` columns fold (ids, numbers and dates never do)."""
+        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        folding = set(wrap)
+        for name in columns:
+            table.add_column(name, overflow="fold", no_wrap=name not in folding)
+        for row in rows:
+            table.add_row(*(cell(v) for v in row))
+        self.console.print(table)
+
+    def fields(self, title: str | None, values: Mapping[str, object]) -> None:
+        """A two-column key/value table."""
+        table = Table(title=title, title_justify="left", show_header=False, show_edge=False, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column(overflow="fold")
+        for key, value in values.items():
+            table.add_row(key, cell(value))
+        self.console.print(table)

@@ -1,0 +1,58 @@
+"""``knowledge search QUERY``: the passages the principal may read, as the rendered ``<knowledge>`` block."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from knowledge.cli.context import CliError, open_service, options
+from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
+from knowledge.render import render_knowledge_block
+
+
+def parse_as_of(value: str) -> datetime:
+    """An ISO 8601 instant with a timezone (``Z`` or an offset); a naive one is a bad argument."""
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise CliError(f"--as-of must be an ISO 8601 datetime with a timezone, not {value!r}") from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise CliError(f"--as-of {value!r} has no timezone: add Z or an offset, e.g. {value}Z")
+    return when
+
+
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for.", show_default=False)],
+    project: Annotated[str | None, typer.Option(help="The current project scope (ranking, and project "
+                                                     "visibility).")] = None,
+    as_of: Annotated[str | None, typer.Option(help="Search the corpus as it was then (ISO 8601 with a timezone).",
+                                              show_default=False)] = None,
+    budget: Annotated[int, typer.Option(min=0, help="Token budget for the passages.")] = 3000,
+    max_passages: Annotated[int, typer.Option(min=0)] = 3,
+    ceiling: Annotated[Sensitivity, typer.Option(help="The surface's sensitivity ceiling.")] = Sensitivity.INTERNAL,
+) -> int:
+    """Search as --principal of --tenant and print the rendered <knowledge> block (or, with --json,
+    the passages and the block)."""
+    opts = options(ctx)
+    when = parse_as_of(as_of) if as_of is not None else None
+    if not query.strip():
+        raise CliError("the query is empty")
+    request = KnowledgeQuery(tenant_id=opts.tenant, principal_id=opts.principal_id, current_scope=project,
+                             text=query, as_of=when, budget_tokens=budget, max_passages=max_passages,
+                             sensitivity_ceiling=ceiling)
+
+    async def run() -> list[RetrievedPassage]:
+        async with open_service(opts) as svc:
+            return await svc.search(request)
+
+    passages = opts.run(run)
+    rendered_at = when or datetime.now(UTC)
+    block = render_knowledge_block(passages, as_of=rendered_at)
+    if opts.out.json:
+        opts.out.emit_json({"query": request, "as_of": rendered_at, "passages": passages, "block": block})
+    else:
+        opts.out.text(block)
+    return 0

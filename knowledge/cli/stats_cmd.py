@@ -1,0 +1,82 @@
+"""``knowledge stats``: the spec's tracked metrics for one tenant.
+
+Corpus size; ingestion outcomes by cause and the instruction-like rate (`KnowledgeService.ingest_stats`);
+budget pressure (`KnowledgeService.budget_pressure`, from the turn counters); citation counts (from the
+recall traces still retained). Budget pressure and citations read "n/a" until a turn was traced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from knowledge.catalog import CitationCounts, CorpusSize
+from knowledge.cli.context import open_service, options
+from knowledge.cli.output import human_bytes
+from knowledge.metrics import IngestStats
+from knowledge.trace import BudgetPressure
+
+NO_TRACES = "n/a (no turns traced)"
+
+
+def stats(ctx: typer.Context) -> int:
+    """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, citation counts."""
+    opts = options(ctx)
+
+    async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None]:
+        async with open_service(opts) as svc:
+            return (await svc.corpus_size(opts.tenant), await svc.ingest_stats(opts.tenant),
+                    await svc.budget_pressure(opts.tenant), await svc.citation_counts(opts.tenant))
+
+    corpus, ingest, pressure, citations = opts.run(run)
+    traced = pressure.turns > 0
+    if opts.out.json:
+        opts.out.emit_json({
+            "tenant": opts.tenant,
+            "corpus": corpus,
+            "ingestion": {"accepted": ingest.accepted, "refused": ingest.refused, "failed": ingest.failed,
+                          "live_chunks": ingest.live_chunks, "instruction_like_chunks": ingest.instruction_like_chunks,
+                          "instruction_like_rate": ingest.instruction_like_rate},
+            "budget_pressure": ({**pressure.model_dump(), "yield_rate": pressure.yield_rate,
+                                 "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
+            "citations": citations if citations is not None and citations.traces else None,
+        })
+        return 0
+    out = opts.out
+    out.fields(f"Corpus (tenant {opts.tenant})", {
+        "documents": corpus.documents, "versions": corpus.versions, "chunks": corpus.chunks, "tokens": corpus.tokens,
+        "source bytes": f"{human_bytes(corpus.source_bytes)} live, {human_bytes(corpus.retained_source_bytes)} "
+                        "with earlier versions",
+        "deleted citations": f"{corpus.deleted_chunks} chunk ids resolve to deleted",
+    })
+    rows: list[tuple[Any, ...]] = [("accepted", "-", ingest.accepted)]
+    rows += [("refused", reason, n) for reason, n in sorted(ingest.refused.items(), key=lambda kv: -kv[1])]
+    rows += [("failed", reason, n) for reason, n in sorted(ingest.failed.items(), key=lambda kv: -kv[1])]
+    out.table("Ingestion outcomes", ["outcome", "cause", "count"], rows)
+    out.line(f"instruction-like rate: {ingest.instruction_like_rate:.2%} "
+             f"({ingest.instruction_like_chunks} of {ingest.live_chunks} live chunks)")
+    if not traced:
+        out.line(f"budget pressure: {NO_TRACES}")
+    else:
+        out.fields("Budget pressure", {
+            "turns": pressure.turns, "turns with knowledge": pressure.knowledge_turns,
+            "knowledge yielded": f"{pressure.yielded_turns} turns ({pressure.yield_rate:.1%})",
+            "passages yielded": f"{pressure.passages_yielded} of {pressure.passages_admitted} admitted "
+                                f"({pressure.yielded_passage_share:.1%}), {pressure.tokens_yielded} tokens",
+            "recall yielded too": f"{pressure.recall_yielded_turns} turns",
+        })
+    if citations is None or not citations.traces:
+        out.line(f"citations: {NO_TRACES}")
+    else:
+        out.fields("Citations (retained traces)", {
+            "traces": f"{citations.traces} ({citations.traces_with_passages} rendered passages)",
+            "citations": citations.citations, "distinct chunks": citations.distinct_chunks,
+            "distinct documents": citations.distinct_documents,
+            "of deleted passages": citations.deleted_citations,
+        })
+        if citations.top_documents:
+            out.table("Most cited", ["document", "title", "citations"],
+                      [(t.document_id, t.title or "(deleted)", t.citations) for t in citations.top_documents],
+                      wrap=["title"])
+    return 0

