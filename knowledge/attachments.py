@@ -19,9 +19,12 @@ only that:
   after a backoff for a transient failure, or ``failed`` once the retries are spent. Every attempt
   is appended to ``attachment_history``.
 
-The document id is a name-based UUID of (tenant, principal, the file's SHA-256): the same file sent
-twice, even at once, is one document (the second ingest finds it, or loses the race on the
-document's key and records the winner's).
+The document id is a name-based UUID of (tenant, principal, the file's SHA-256), recorded on the
+attachment when it is marked: the same file sent twice, even at once, is one document (the second
+claim finds it, or the second ingest loses the race on the document's key and records the winner's).
+A document made from attachments lives while a live attachment refers to it (pending, ingesting or
+ingested); recording an attachment as ingested and withdrawing a document (`delete_conversation`)
+both take the document's lock first, so neither can act on a stale view of the other.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge.errors import KnowledgeError
-from knowledge.lifecycle import lock_attachments, withdraw_unreferenced
+from knowledge.ingest import lock_document
+from knowledge.lifecycle import withdraw_unreferenced
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.store.artifacts import collect_bytes, insert_artifact, ref_from_row
-from knowledge.store.db import Connection, Database, Record
+from knowledge.store.db import Database, Record
 from parsers.base import base_media_type
 
 WRITE_SCOPE = "knowledge.write"
@@ -186,34 +190,44 @@ def _decide(actor: MessageActor, row: Record, media_types: set[str]) -> tuple[At
 async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iterable[uuid.UUID], *,
                            conversation_id: str, media_types: set[str]) -> list[AttachmentMark]:
     """Mark a sent message's attachments (see the module docstring); one result per id, in order.
+    A pending attachment records its principal and the document it is to become.
 
     Idempotent: an attachment an earlier call marked keeps its state. One transaction.
     Cancellation: it rolls back; nothing is marked.
     """
     ids = list(dict.fromkeys(artifact_ids))
     supported = {base_media_type(m) for m in media_types}
+    principal_id = actor.principal_id if isinstance(actor, Principal) else None
     marks: dict[uuid.UUID, AttachmentMark] = {}
     async with db.transaction() as tx:
         rows = await tx.fetch(
-            f"""SELECT artifact_id, origin, media_type, attachment_state, inspection::text AS inspection
+            f"""SELECT artifact_id, origin, media_type, sha256, attachment_state, inspection::text AS inspection
                 FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[]) AND {_LIVE}
                 ORDER BY artifact_id FOR UPDATE""", actor.tenant_id, ids)
+        fresh: list[tuple[uuid.UUID, str | None, str | None, uuid.UUID | None]] = []
         for row in rows:
             state, reason = _decide(actor, row, supported)
             marks[row["artifact_id"]] = AttachmentMark(artifact_id=row["artifact_id"], state=state, reason=reason)
-            fresh = reason != NotMarked.ALREADY_MARKED.value and state is not None
-            await tx.execute(
-                """UPDATE artifacts
-                   SET conversation_id = coalesce(conversation_id, $3),
-                       attachment_state = CASE WHEN $4::text IS NULL THEN attachment_state ELSE $4 END,
-                       refusal_reason = CASE WHEN $4::text IS NULL THEN refusal_reason ELSE $5 END,
-                       attached_by = CASE WHEN $4::text IS NULL THEN attached_by ELSE $6 END,
-                       marked_at = CASE WHEN $4::text IS NULL THEN marked_at ELSE clock_timestamp() END,
-                       attachment_updated_at = CASE WHEN $4::text IS NULL THEN attachment_updated_at
-                                                    ELSE clock_timestamp() END
-                   WHERE tenant_id = $1 AND artifact_id = $2""",
-                actor.tenant_id, row["artifact_id"], conversation_id, state.value if fresh and state else None,
-                reason if fresh else None, actor.principal_id if isinstance(actor, Principal) else None)
+            if state is None or reason == NotMarked.ALREADY_MARKED.value:
+                fresh.append((row["artifact_id"], None, None, None))  # recorded with the conversation only
+            else:
+                assert principal_id is not None
+                fresh.append((row["artifact_id"], state.value, reason,
+                              attachment_document_id(actor.tenant_id, principal_id, row["sha256"])))
+        await tx.execute(
+            """UPDATE artifacts a
+               SET conversation_id = coalesce(a.conversation_id, $2),
+                   attachment_state = coalesce(m.state, a.attachment_state),
+                   refusal_reason = CASE WHEN m.state IS NULL THEN a.refusal_reason ELSE m.reason END,
+                   attached_by = CASE WHEN m.state IS NULL THEN a.attached_by ELSE $3 END,
+                   attachment_document_id = coalesce(m.document_id, a.attachment_document_id),
+                   marked_at = CASE WHEN m.state IS NULL THEN a.marked_at ELSE clock_timestamp() END,
+                   attachment_updated_at = CASE WHEN m.state IS NULL THEN a.attachment_updated_at
+                                                ELSE clock_timestamp() END
+               FROM unnest($4::uuid[], $5::text[], $6::text[], $7::uuid[]) AS m(artifact_id, state, reason, document_id)
+               WHERE a.tenant_id = $1 AND a.artifact_id = m.artifact_id""",
+            actor.tenant_id, conversation_id, principal_id, [f[0] for f in fresh], [f[1] for f in fresh],
+            [f[2] for f in fresh], [f[3] for f in fresh])
     return [marks.get(i) or AttachmentMark(artifact_id=i, state=None, reason=NotMarked.ARTIFACT_NOT_FOUND.value)
             for i in ids]
 
@@ -229,6 +243,8 @@ class Claim:
     worker_id: str
     attempt: int  # this attempt's number, 1-based (retries are attempts 2..)
     principal_id: str  # who sent it ("" only for a row marked by hand, which the worker refuses)
+    document_id: uuid.UUID  # the document it is to become (`attachment_document_id`)
+    document_exists: bool  # that document was live when claimed: the same file, sent before
     conversation_id: str | None
     upload_seq: int
     taken_over_from: str | None  # the worker whose lease had expired, when this is a takeover
@@ -242,10 +258,6 @@ class Claim:
         return self.source.artifact_id
 
     @property
-    def document_id(self) -> uuid.UUID:
-        return attachment_document_id(self.tenant_id, self.principal_id, self.source.sha256)
-
-    @property
     def title(self) -> str:
         name = (self.source.file_name or "").strip()
         return name[:1024] if name else f"attachment {self.source.sha256[:12]}"
@@ -253,12 +265,11 @@ class Claim:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an attempt ended: ``ingested`` (with its document), ``refused`` (never retried),
+    """How an attempt ended: ``ingested`` (its document exists), ``refused`` (never retried),
     ``retry`` (transient; retried after a backoff while retries remain) or ``failed``."""
 
     kind: Literal["ingested", "refused", "retry", "failed"]
     reason: str | None = None
-    document_id: uuid.UUID | None = None
 
 
 #: What settling a claim found: the attachment's new state, or why it was not the claimer's to settle.
@@ -295,28 +306,49 @@ SET attachment_state = 'ingesting',
 FROM next
 WHERE a.tenant_id = next.tenant_id AND a.artifact_id = next.artifact_id
 RETURNING {', '.join('a.' + c.strip() for c in _REF_COLUMNS.split(','))}, a.attached_by,
-          a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state, next.prev_owner
+          a.attachment_document_id, a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state,
+          next.prev_owner,
+          EXISTS (SELECT 1 FROM knowledge_documents d WHERE d.tenant_id = a.tenant_id
+                  AND d.document_id = a.attachment_document_id AND d.valid_to IS NULL) AS document_exists
 """
 
-_SETTLE = """
+# Settle a claim still held: $1 tenant, $2 artifact, $3 worker, $4 new state, $5 reason, $6 the
+# document (ingested only), $7 backoff seconds (pending only), $8 the attempt's outcome. An
+# ingested attachment is recorded only while its document is live (checked under the document's lock).
+_SETTLE = f"""
 UPDATE artifacts
-SET attachment_state = $3,
-    refusal_reason = $4,
-    attachment_document_id = $5,
-    next_attempt_at = CASE WHEN $3 = 'pending' THEN clock_timestamp() + make_interval(secs => $6) END,
+SET attachment_state = $4,
+    refusal_reason = $5,
+    attachment_document_id = coalesce($6, attachment_document_id),
+    next_attempt_at = CASE WHEN $4 = 'pending' THEN clock_timestamp() + make_interval(secs => $7) END,
     lease_owner = NULL,
     lease_expires_at = NULL,
     attachment_updated_at = clock_timestamp(),
     attachment_history = attachment_history || jsonb_build_object(
-        'attempt', attachment_attempts, 'outcome', $7::text, 'reason', $4::text, 'worker', $8::text,
-        'document_id', $5::uuid, 'at', clock_timestamp())
-WHERE tenant_id = $1 AND artifact_id = $2
+        'attempt', attachment_attempts, 'outcome', $8::text, 'reason', $5::text, 'worker', $3::text,
+        'document_id', $6::uuid, 'at', clock_timestamp())
+WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting' AND {_LIVE}
+  AND ($4 <> 'ingested' OR EXISTS (SELECT 1 FROM knowledge_documents d
+                                  WHERE d.tenant_id = $1 AND d.document_id = $6 AND d.valid_to IS NULL))
+RETURNING 1
+"""
+
+_RELEASE = f"""
+UPDATE artifacts
+SET attachment_state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
+    attachment_attempts = attachment_attempts - 1, attachment_updated_at = clock_timestamp(),
+    attachment_history = attachment_history || jsonb_build_object(
+        'attempt', attachment_attempts, 'outcome', 'released', 'reason', 'worker_stopped', 'worker', $3::text,
+        'at', clock_timestamp())
+WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting' AND {_LIVE}
+RETURNING 1
 """
 
 
 class AttachmentQueue:
-    """The attachments' work queue, in the ``artifacts`` table. Every method is one short
-    transaction (or one statement); none is held across an ingest."""
+    """The attachments' work queue, in the ``artifacts`` table. Every method is one statement or one
+    short transaction; none is held across an ingest, and none locks an attachment's row for longer
+    than its own statement (claims skip rows being claimed)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -329,9 +361,13 @@ class AttachmentQueue:
         row = await self._db.fetchrow(_CLAIM, worker_id, float(lease_seconds), tenant_id)
         if row is None:
             return None
+        principal_id = row["attached_by"] or ""
         return Claim(
             source=ref_from_row(row), worker_id=worker_id, attempt=int(row["attachment_attempts"]),
-            principal_id=row["attached_by"] or "", conversation_id=row["conversation_id"],
+            principal_id=principal_id,
+            document_id=row["attachment_document_id"] or attachment_document_id(row["tenant_id"], principal_id,
+                                                                                row["sha256"]),
+            document_exists=bool(row["document_exists"]), conversation_id=row["conversation_id"],
             upload_seq=int(row["upload_seq"]),
             taken_over_from=row["prev_owner"] if row["prev_state"] == AttachmentState.INGESTING.value else None,
         )
@@ -346,77 +382,59 @@ class AttachmentQueue:
                 RETURNING 1""", claim.tenant_id, claim.artifact_id, claim.worker_id, float(lease_seconds))
         return row is not None
 
-    async def document_exists(self, tenant_id: str, document_id: uuid.UUID) -> bool:
-        """Whether a live version of ``document_id`` exists (the same file, already ingested)."""
-        return bool(await self._db.fetchval(
-            "SELECT 1 FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL",
-            tenant_id, document_id))
-
-    async def _own(self, tx: Connection, claim: Claim) -> Literal["own", "lease_lost", "withdrawn"]:
-        """Under the tenant's attachments lock: whether the claim is still the claimer's. An
-        attachment that is gone or expired (its conversation was deleted) withdraws the document
-        this claim may have made, unless another live attachment is the same file."""
-        row = await tx.fetchrow(
-            f"""SELECT attachment_state, lease_owner, {_LIVE} AS live FROM artifacts
-                WHERE tenant_id = $1 AND artifact_id = $2 FOR UPDATE""", claim.tenant_id, claim.artifact_id)
-        if row is None or not row["live"]:
-            await withdraw_unreferenced(tx, claim.tenant_id, [claim.document_id],
-                                        {"cause": "attachment_withdrawn", "artifact_id": str(claim.artifact_id)})
-            return "withdrawn"
-        if row["lease_owner"] != claim.worker_id or row["attachment_state"] != AttachmentState.INGESTING.value:
-            return "lease_lost"
-        return "own"
-
     async def settle(self, claim: Claim, outcome: Outcome, *, max_attempts: int,
                      backoff: Callable[[int], float]) -> Settled:
-        """Record ``outcome`` on the claimed attachment and release its lease, in one transaction
-        under the tenant's attachments lock. ``ingested`` is recorded only if the document still
-        exists (else it is a transient ``document_withdrawn``); a ``retry`` past ``max_attempts``
-        attempts is recorded ``failed`` with its reason; otherwise it goes back to ``pending`` for
+        """Record ``outcome`` on the claimed attachment and release its lease. ``ingested`` is
+        recorded only while the document is live, checked under the document's lock (else the
+        attempt is a transient ``document_withdrawn``); a ``retry`` after ``max_attempts`` attempts
+        is recorded ``failed`` with its reason; otherwise the attachment is ``pending`` again after
         ``backoff(attempt)`` seconds. Returns the new state, or ``lease_lost``/``withdrawn`` when the
-        attachment was no longer this claim's. Cancellation: it rolls back; the lease stays held
-        until released or expired."""
-        async with self._db.transaction() as tx:
-            await lock_attachments(tx, claim.tenant_id)
-            owned = await self._own(tx, claim)
-            if owned != "own":
-                return owned
-            if outcome.kind == "ingested":
-                assert outcome.document_id is not None
-                live = await tx.fetchval(
-                    """SELECT 1 FROM knowledge_documents
-                       WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""",
-                    claim.tenant_id, outcome.document_id)
-                if not live:
-                    outcome = Outcome("retry", "document_withdrawn")
-            if outcome.kind == "retry" and claim.attempt >= max_attempts:
-                outcome = Outcome("failed", outcome.reason)
-            state = _STATE_OF[outcome.kind]
-            delay = backoff(claim.attempt) if state == "pending" else 0.0
-            await tx.execute(_SETTLE, claim.tenant_id, claim.artifact_id, state, outcome.reason,
-                             outcome.document_id if state == "ingested" else None, float(delay), outcome.kind,
-                             claim.worker_id)
-        return state
+        attachment was no longer this claim's (`_unheld`). Cancellation: it rolls back; the lease
+        stays held until released or expired."""
+        if outcome.kind == "retry" and claim.attempt >= max_attempts:
+            outcome = Outcome("failed", outcome.reason)
+        state = _STATE_OF[outcome.kind]
+        delay = float(backoff(claim.attempt)) if state == "pending" else 0.0
+        args = (claim.tenant_id, claim.artifact_id, claim.worker_id, state, outcome.reason,
+                claim.document_id if state == "ingested" else None, delay, outcome.kind)
+        if state == "ingested":
+            async with self._db.transaction() as tx:
+                await lock_document(tx, claim.tenant_id, claim.document_id)
+                done = await tx.fetchval(_SETTLE, *args)
+        else:
+            done = await self._db.fetchval(_SETTLE, *args)
+        if done:
+            return state
+        unheld = await self._unheld(claim)
+        if unheld is None:  # still ours: the document was withdrawn after the ingest committed
+            return await self.settle(claim, Outcome("retry", "document_withdrawn"), max_attempts=max_attempts,
+                                     backoff=backoff)
+        return unheld
 
     async def release(self, claim: Claim) -> Settled:
         """Give a claim back unfinished (the worker is stopping): ``pending`` again at once, this
-        attempt not counted; an attachment withdrawn meanwhile withdraws its document. One
-        transaction under the tenant's attachments lock. Call it shielded."""
-        async with self._db.transaction() as tx:
-            await lock_attachments(tx, claim.tenant_id)
-            owned = await self._own(tx, claim)
-            if owned != "own":
-                return owned
-            await tx.execute(
-                """UPDATE artifacts
-                   SET attachment_state = 'pending', lease_owner = NULL, lease_expires_at = NULL,
-                       next_attempt_at = NULL, attachment_attempts = attachment_attempts - 1,
-                       attachment_updated_at = clock_timestamp(),
-                       attachment_history = attachment_history || jsonb_build_object(
-                           'attempt', attachment_attempts, 'outcome', 'released', 'reason', 'worker_stopped',
-                           'worker', $3::text, 'at', clock_timestamp())
-                   WHERE tenant_id = $1 AND artifact_id = $2""", claim.tenant_id, claim.artifact_id, claim.worker_id)
-        return "released"
+        attempt not counted; a claim whose attachment was withdrawn meanwhile withdraws what it may
+        have made. Call it shielded."""
+        if await self._db.fetchval(_RELEASE, claim.tenant_id, claim.artifact_id, claim.worker_id):
+            return "released"
+        return await self._unheld(claim) or "lease_lost"
+
+    async def _unheld(self, claim: Claim) -> Literal["lease_lost", "withdrawn"] | None:
+        """Why a claim could not be settled: ``withdrawn`` — the attachment is gone or expired (its
+        conversation was deleted), and the document this claim may have made is withdrawn unless a
+        live attachment still refers to it; ``lease_lost`` — another worker holds it; None — it is
+        still this claim's."""
+        row = await self._db.fetchrow(
+            f"""SELECT attachment_state, lease_owner, {_LIVE} AS live FROM artifacts
+                WHERE tenant_id = $1 AND artifact_id = $2""", claim.tenant_id, claim.artifact_id)
+        if row is None or not row["live"]:
+            async with self._db.transaction() as tx:
+                await withdraw_unreferenced(tx, claim.tenant_id, [claim.document_id],
+                                            {"cause": "attachment_withdrawn", "artifact_id": str(claim.artifact_id)})
+            return "withdrawn"
+        if row["lease_owner"] != claim.worker_id or row["attachment_state"] != AttachmentState.INGESTING.value:
+            return "lease_lost"
+        return None
 
     async def next_due(self, tenant_id: str | None = None) -> float | None:
         """Seconds until some attachment may become claimable (a retry's backoff ends, a lease
@@ -448,14 +466,15 @@ class AttachmentQueue:
                 FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2""", tenant_id, artifact_id)
         if row is None:
             return None
+        state = AttachmentState(row["attachment_state"]) if row["attachment_state"] else None
         return AttachmentStatus(
             tenant_id=row["tenant_id"], artifact_id=row["artifact_id"], conversation_id=row["conversation_id"],
             file_name=row["file_name"], media_type=row["media_type"], trust=TrustLevel(row["trust"]),
-            upload_seq=row["upload_seq"],
-            state=AttachmentState(row["attachment_state"]) if row["attachment_state"] else None,
-            reason=row["refusal_reason"], attempts=row["attachment_attempts"], history=json.loads(row["history"]),
-            document_id=row["attachment_document_id"], lease_owner=row["lease_owner"],
-            lease_expires_at=row["lease_expires_at"], next_attempt_at=row["next_attempt_at"],
+            upload_seq=row["upload_seq"], state=state, reason=row["refusal_reason"],
+            attempts=row["attachment_attempts"], history=json.loads(row["history"]),
+            document_id=row["attachment_document_id"] if state is AttachmentState.INGESTED else None,
+            lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
+            next_attempt_at=row["next_attempt_at"],
             inspection=json.loads(row["inspection"]) if row["inspection"] is not None else None,
             attached_by=row["attached_by"], expired=row["expired"],
         )

@@ -117,16 +117,9 @@ class ConversationDeleted(BaseModel):
     chunks: int
 
 
-def attachments_lock_key(tenant: str) -> str:
-    return f"knowledge.attachments/{tenant}"
-
-
-async def lock_attachments(tx: Connection, tenant: str) -> None:
-    """Serialize, within a tenant, the two things that link attachments to documents: a worker
-    recording what an attachment became, and a conversation's deletion. Both hold it for one short
-    transaction (never across an ingest), always before any document lock, so they cannot deadlock
-    with each other or with versions and deletes (which take document locks only)."""
-    await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", attachments_lock_key(tenant))
+#: The attachment states in which an attachment is, or will become, its document: the references that
+#: keep an attachment-made document alive. A refused or failed attachment never becomes one.
+REFERENCING_STATES = ("pending", "ingesting", "ingested")
 
 
 async def cascade_delete(tx: Connection, tenant: str, document_id: uuid.UUID, cause: dict[str, Any]) -> int:
@@ -161,16 +154,22 @@ async def cascade_delete(tx: Connection, tenant: str, document_id: uuid.UUID, ca
 
 async def withdraw_unreferenced(tx: Connection, tenant: str, document_ids: Iterable[uuid.UUID],
                                 cause: dict[str, Any]) -> tuple[int, int]:
-    """Delete (`cascade_delete`) each of ``document_ids`` that no live ingested attachment still
-    names: the same file sent in two conversations is one document, which goes with the last of
-    them. Call under `lock_attachments`. Returns (documents, chunks) deleted."""
+    """Delete (`cascade_delete`) each of ``document_ids`` that no live attachment refers to any more
+    (``attachment_document_id`` set at marking; states `REFERENCING_STATES`): the same file sent in two
+    conversations is one document, which goes with the last of them. Returns (documents, chunks).
+
+    Each document's lock (`lock_document`) is taken, in id order, before its references are read, so
+    the check sees every attachment marked before it and a worker recording an attachment as that
+    document (which takes the same lock first) either commits before the check or finds the document
+    gone after it."""
     documents = chunks = 0
     for document_id in sorted(set(document_ids)):
+        await lock_document(tx, tenant, document_id)
         referenced = await tx.fetchval(
             """SELECT 1 FROM artifacts
-               WHERE tenant_id = $1 AND attachment_document_id = $2 AND attachment_state = 'ingested'
+               WHERE tenant_id = $1 AND attachment_document_id = $2 AND attachment_state = ANY($3::text[])
                  AND (expires_at IS NULL OR expires_at > clock_timestamp())
-               LIMIT 1""", tenant, document_id)
+               LIMIT 1""", tenant, document_id, list(REFERENCING_STATES))
         if referenced:
             continue
         exists = await tx.fetchval(
@@ -183,18 +182,24 @@ async def withdraw_unreferenced(tx: Connection, tenant: str, document_ids: Itera
 
 async def delete_conversation(db: Database, tenant_id: str, conversation_id: str) -> ConversationDeleted:
     """Delete a conversation's attachments: each gets ``expires_at = now`` (gone to readers at once;
-    the sweeper deletes the bytes), and every document ingested from them is deleted through the
-    cascade on its source (`cascade_delete`) unless a live attachment of another conversation is the
-    same file. An attachment a worker is ingesting meanwhile is withdrawn by that worker when it
-    finishes (it finds its attachment expired). One transaction. Cancellation: it rolls back;
-    nothing is deleted."""
+    the sweeper deletes the bytes) and leaves the queue, and every document they are (or were to
+    become) is deleted through the cascade on its source (`cascade_delete`) unless a live attachment
+    of another conversation is the same file (`withdraw_unreferenced`). A worker ingesting one of
+    them meanwhile finds it withdrawn when it settles and withdraws what it made. One transaction;
+    documents' locks are taken before the attachments' rows, as workers do. Cancellation: it rolls
+    back; nothing is deleted."""
     async with db.transaction() as tx:
-        await lock_attachments(tx, tenant_id)
+        planned = {r["attachment_document_id"] for r in await tx.fetch(
+            """SELECT DISTINCT attachment_document_id FROM artifacts
+               WHERE tenant_id = $1 AND conversation_id = $2 AND attachment_document_id IS NOT NULL""",
+            tenant_id, conversation_id)}
+        for document_id in sorted(planned):
+            await lock_document(tx, tenant_id, document_id)
         rows = await tx.fetch(
             """UPDATE artifacts
                SET expires_at = CASE WHEN expires_at IS NOT NULL AND expires_at <= clock_timestamp()
                                      THEN expires_at ELSE clock_timestamp() END,
-                   lease_owner = NULL, lease_expires_at = NULL,
+                   lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
                    attachment_state = CASE WHEN attachment_state IN ('pending', 'ingesting') THEN NULL
                                            ELSE attachment_state END,
                    attachment_updated_at = clock_timestamp()

@@ -262,8 +262,7 @@ class AttachmentWorker:
         reason = outcome.reason if outcome else None
         if settled == "ingested":
             self.stats.ingested += 1
-            _log.info("%s ingested as document %s (attempt %d)", where,
-                      outcome.document_id if outcome else None, claim.attempt)
+            _log.info("%s ingested as document %s (attempt %d)", where, claim.document_id, claim.attempt)
         elif settled == "refused":
             self.stats.refused += 1
             _log.info("%s refused: %s", where, reason)
@@ -314,22 +313,21 @@ class AttachmentWorker:
     async def _attempt(self, claim: Claim) -> Outcome:
         """Ingest the claimed attachment once; classify how that ended. Never raises but for
         cancellation."""
-        document_id = claim.document_id
+        if claim.document_exists:
+            return Outcome("ingested")  # the same file, sent before (settling checks it is still there)
         try:
             with anyio.fail_after(self.options.job_timeout_seconds):
-                if await self.queue.document_exists(claim.tenant_id, document_id):
-                    return Outcome("ingested", document_id=document_id)  # the same file, sent before
-                document = await self._ingest(IngestRequest(
+                await self._ingest(IngestRequest(
                     source=claim.source, title=claim.title, visibility=Visibility.PRINCIPAL,
                     principal=Principal(tenant_id=claim.tenant_id, principal_id=claim.principal_id,
                                         scopes=frozenset({WRITE_SCOPE})),
                     origin_trust=TrustLevel.USER, authority=Authority.PRINCIPAL_SUPPLIED,
-                    sensitivity=Sensitivity.INTERNAL, document_id=document_id,
+                    sensitivity=Sensitivity.INTERNAL, document_id=claim.document_id,
                 ))
-            return Outcome("ingested", document_id=document.document_id)
+            return Outcome("ingested")
         except IngestRefused as refusal:
             if refusal.reason == "document_exists":  # the same file, ingested by another worker meanwhile
-                return Outcome("ingested", document_id=document_id)
+                return Outcome("ingested")
             if refusal.reason in TRANSIENT_REFUSALS:
                 return Outcome("retry", refusal.reason)
             return Outcome("refused", refusal.reason)
