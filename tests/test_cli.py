@@ -1,0 +1,424 @@
+"""The operator CLI (`knowledge.cli`) against the real database.
+
+Most commands run in-process through `knowledge.cli.main` (the console script's function: the same
+argument parsing, error handling and exit codes), with stdout and stderr captured; the console
+script itself, the worker and the embedded server's lifecycle run as subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import string
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import pytest
+
+from knowledge.cli import main
+from knowledge.cli.ingest_cmd import detect_media_type
+from knowledge.config import Settings
+from knowledge.models import KnowledgeQuery
+from knowledge.render import parse_knowledge_block
+from knowledge.scan import find_secrets
+from knowledge.service import KnowledgeService
+from knowledge.turn import TurnRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(sys.executable).parent / "knowledge"
+
+RUNBOOK = """# Runbook
+
+## Rollback
+
+Revert the pelican release tag and re-run the deploy job. Never edit the running configuration.
+
+## Escalation
+
+Page the on-call heron team when the rollback fails twice.
+"""
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def one_error_line(self) -> str:
+        """The one line a failing command prints on stderr (and never a traceback)."""
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1, self.err
+        assert lines[0].startswith("knowledge: ") and "Traceback" not in self.err
+        return lines[0]
+
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def knowledge(capfd: pytest.CaptureFixture[str], database_dsn: str, tenant: str) -> Cli:
+    """``knowledge --dsn <test database> --tenant <fresh tenant> ARGS…`` in-process."""
+
+    def run(*args: str, tenant_id: str = tenant, dsn: str | None = database_dsn) -> Result:
+        prefix = ["--dsn", dsn] if dsn else []
+        code = main([*prefix, "--tenant", tenant_id, *args])
+        captured = capfd.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def aws_key_pair(seed: int) -> tuple[str, str]:
+    """A realistic AWS access key id and secret access key (random, not the docs' example pair)."""
+    rng = random.Random(seed)
+    key_id = "AKIA" + "".join(rng.choice(string.ascii_uppercase + "234567") for _ in range(16))
+    secret = "".join(rng.choice(string.ascii_letters + string.digits + "+/") for _ in range(40))
+    return key_id, secret
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A folder with every kind of file the CLI meets."""
+    root = tmp_path / "corpus"
+    (root / "guide").mkdir(parents=True)
+    (root / "guide" / "runbook.md").write_text(RUNBOOK)
+    (root / "notes.txt").write_text("The heron cluster fails over at midnight.\n\nCheck the pelican dashboard.\n")
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256)))
+    (root / "blob.bin").write_bytes(b"\xff\xfe\x81\xc3" * 128)  # not UTF-8
+    key_id, secret = aws_key_pair(20260728)
+    (root / "deploy.md").write_text(
+        "# Deploy\n\nHow the release job reaches the bucket.\n\n## Credentials\n\n"
+        f"```ini\n[default]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret}\n```\n")
+    (root / ".hidden.md").write_text("# Hidden\n\nNever ingested.\n")
+    return root
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {Path(f["path"]).name: f for f in report["files"]}
+
+
+def test_media_type_detection() -> None:
+    assert detect_media_type(Path("a.bin"), b"%PDF-1.7\n...") == "application/pdf"
+    assert detect_media_type(Path("a.md"), b"# x") == "text/markdown"
+    assert detect_media_type(Path("a.MARKDOWN"), b"# x") == "text/markdown"
+    assert detect_media_type(Path("a.yaml"), "k: ü\n".encode()) == "text/plain"
+    assert detect_media_type(Path("a.png"), b"\x89PNG\r\n\x1a\n") == "image/png"
+    assert detect_media_type(Path("a.txt"), b"nul\x00byte") == "text/plain"  # by name; the extractor refuses NUL
+    assert detect_media_type(Path("noext"), b"\xff\xfe\x00") == "application/octet-stream"
+
+
+def test_bad_arguments_print_one_line_and_exit_2(knowledge: Cli, tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A\n\ntext\n")
+    (tmp_path / "b.md").write_text("# B\n\ntext\n")
+    cases = [
+        ("no-such-command",),
+        ("--loop", "tokio", "stats"),
+        ("search",),
+        ("ingest",),
+        ("search", "x", "--budget", "-1"),
+        ("search", "x", "--as-of", "2026-01-01T00:00:00"),  # naive
+        ("search", "x", "--as-of", "yesterday"),
+        ("search", "   "),
+        ("docs", "show", "not-a-uuid"),
+        ("ingest", str(tmp_path / "a.md"), "--visibility", "project"),
+        ("ingest", str(tmp_path / "a.md"), "--visibility", "everyone"),
+        ("ingest", str(tmp_path / "a.md"), str(tmp_path / "b.md"), "--title", "One title"),
+        ("ingest", str(tmp_path / "a.md"), "--doc-date", "July"),
+        ("--principal", "not a principal!", "search", "x"),
+    ]
+    for args in cases:
+        result = knowledge(*args)
+        assert result.code == 2, (args, result)
+        result.one_error_line()
+    naive = knowledge("search", "x", "--as-of", "2026-01-01T00:00:00")
+    assert "timezone" in naive.one_error_line()
+    assert knowledge().code == 2  # no command: the help
+    assert knowledge("--help").code == 0
+    assert knowledge("--json", "docs", "list").json() == []  # nothing above ingested anything
+
+
+def test_missing_file_is_a_bad_argument_and_ingests_nothing(knowledge: Cli, corpus: Path) -> None:
+    result = knowledge("ingest", str(corpus / "guide"), str(corpus / "nope.md"))
+    assert result.code == 2
+    assert "no such file or directory" in result.one_error_line() and "nope.md" in result.err
+    assert knowledge("--json", "docs", "list").json() == []
+
+
+def test_unreachable_database_exits_3(knowledge: Cli) -> None:
+    result = knowledge("stats", dsn="postgresql://postgres@127.0.0.1:1/knowledge")
+    assert result.code == 3
+    assert "database unavailable" in result.one_error_line()
+
+
+def test_ingest_folder_json_outcomes_refusals_and_reingest(knowledge: Cli, corpus: Path) -> None:
+    key_id, secret = aws_key_pair(20260728)
+    assert {f.kind for f in find_secrets((corpus / "deploy.md").read_text())} & {"aws_access_key", "aws_secret_key"}
+    result = knowledge("--json", "ingest", str(corpus))
+    assert result.code == 1  # some files were refused
+    report = result.json()
+    files = by_name(report)
+    assert set(files) == {"runbook.md", "notes.txt", "logo.png", "blob.bin", "deploy.md"}  # hidden files skipped
+    assert report["outcomes"] == {"ingested": 2, "unsupported_media_type": 2, "secret_detected": 1}
+    assert report["exit_code"] == 1
+    runbook, notes = files["runbook.md"], files["notes.txt"]
+    assert (runbook["outcome"], runbook["media_type"], runbook["title"], runbook["version"]) == (
+        "ingested", "text/markdown", "guide/runbook.md", 1)
+    assert runbook["chunks"] >= 1 and uuid.UUID(runbook["document_id"])
+    assert (notes["outcome"], notes["media_type"]) == ("ingested", "text/plain")
+    assert (files["logo.png"]["reason"], files["logo.png"]["media_type"]) == ("unsupported_media_type", "image/png")
+    assert files["blob.bin"]["reason"] == "unsupported_media_type"
+    deploy = files["deploy.md"]
+    assert (deploy["outcome"], deploy["reason"]) == ("refused", "secret_detected")
+    assert isinstance(deploy["chunk_ordinal"], int) and deploy["heading_path"][:2] == ["deploy.md", "Deploy"]
+    assert key_id not in result.out + result.err and secret not in result.out + result.err
+
+    # Again: what is there is unchanged; a changed file becomes a new version of its document.
+    again = knowledge("--json", "ingest", str(corpus / "guide"), str(corpus / "notes.txt"))
+    assert again.code == 0 and again.json()["outcomes"] == {"unchanged": 2}
+    (corpus / "guide" / "runbook.md").write_text(RUNBOOK + "\n## Aftercare\n\nWrite the incident note.\n")
+    changed = knowledge("--json", "ingest", str(corpus / "guide" / "runbook.md"), "--title", "Runbook")
+    assert changed.code == 0
+    (entry,) = changed.json()["files"]
+    assert (entry["outcome"], entry["version"], entry["document_id"], entry["title"]) == (
+        "new_version", 2, runbook["document_id"], "Runbook")
+
+
+def test_ingest_human_output_lists_refusals_never_the_secret(knowledge: Cli, corpus: Path) -> None:
+    key_id, secret = aws_key_pair(20260728)
+    result = knowledge("ingest", str(corpus))
+    assert result.code == 1
+    out = result.out
+    assert "Refused" in out and "Outcomes" in out and "Ingested" in out
+    assert "secret_detected" in out and "chunk " in out and "deploy.md > Deploy" in out
+    assert "unsupported_media_type" in out and "logo.png" in out
+    assert "5 files" in out and "2 ingested" in out and "3 refused" in out
+    assert key_id not in out + result.err and secret not in out + result.err
+    single = knowledge("ingest", str(corpus / "deploy.md"), "--visibility", "project", "--project", "ops")
+    assert single.code == 1 and "secret_detected" in single.out
+
+
+def test_search_prints_the_rendered_block_or_json(knowledge: Cli, corpus: Path) -> None:
+    before = datetime.now(UTC)
+    time.sleep(0.01)
+    assert knowledge("ingest", str(corpus / "guide")).code == 0
+    human = knowledge("search", "pelican rollback")
+    assert human.code == 0
+    attrs, passages = parse_knowledge_block(human.out.rstrip("\n"))
+    assert attrs["policy"] == "knowledge-v1" and passages
+    assert passages[0].doc == "runbook.md" and "pelican release tag" in passages[0].text
+
+    as_json = knowledge("--json", "search", "pelican rollback", "--budget", "2000", "--project", "ops")
+    data = as_json.json()
+    assert data["passages"][0]["chunk_id"] == passages[0].chunk
+    assert data["block"].startswith("<knowledge ") and data["query"]["budget_tokens"] == 2000
+    assert knowledge("--json", "search", "pelican", "--as-of", before.isoformat()).json()["passages"] == []
+    assert knowledge("--json", "search", "pelican", "--budget", "0").json()["passages"] == []
+    other = knowledge("--json", "search", "pelican", tenant_id=f"t-{uuid.uuid4().hex[:10]}")
+    assert other.json()["passages"] == []  # tenants are isolated
+    under_asyncio = knowledge("--loop", "asyncio", "--json", "search", "pelican rollback")
+    assert under_asyncio.code == 0 and under_asyncio.json()["passages"][0]["chunk_id"] == passages[0].chunk
+
+
+def test_docs_list_show_versions_rechunk(knowledge: Cli, corpus: Path) -> None:
+    ingested = knowledge("--json", "ingest", str(corpus / "guide"), str(corpus / "notes.txt"), "--sensitivity",
+                         "public", "--authority", "principal_authored", "--doc-date", "2026-05-02")
+    assert ingested.code == 0
+    doc_id = by_name(ingested.json())["runbook.md"]["document_id"]
+
+    listed = knowledge("--json", "docs", "list").json()
+    assert {d["title"] for d in listed} == {"runbook.md", "notes.txt"}
+    runbook = next(d for d in listed if d["document_id"] == doc_id)
+    assert (runbook["version"], runbook["sensitivity"], runbook["authority"], runbook["doc_date"],
+            runbook["ingested_by"]) == (1, "public", "principal_authored", "2026-05-02", "operator")
+    human = knowledge("docs", "list")
+    assert human.code == 0 and "runbook.md" in human.out and doc_id in human.out and "2 documents" in human.out
+
+    shown = knowledge("--json", "docs", "show", doc_id).json()
+    assert shown["document"]["document_id"] == doc_id and shown["versions"] == 1
+    assert shown["source"]["origin"] == "KNOWLEDGE_SOURCE" and shown["source"]["file_name"] == "runbook.md"
+    assert len(shown["chunks"]) == shown["document"]["chunks"] >= 1
+    assert all("text" not in c for c in shown["chunks"])
+    human_show = knowledge("docs", "show", doc_id)
+    assert human_show.code == 0 and "KNOWLEDGE_SOURCE" in human_show.out and shown["chunks"][0]["chunk_id"] in \
+        human_show.out
+
+    # Re-chunking under the chunker this build ingests with is refused (that chunk set exists) …
+    same = knowledge("docs", "rechunk", doc_id)
+    assert same.code == 1 and "already_chunked" in same.one_error_line()
+    # … under another chunker version it makes a new chunk set; the old one's citations still resolve.
+    old_chunk = shown["chunks"][0]["chunk_id"]
+    rechunked = knowledge("--json", "docs", "rechunk", doc_id, "--chunker", "paragraphs")
+    assert rechunked.code == 0 and rechunked.json()["chunker_version"].startswith("para1-")
+    assert knowledge("--json", "docs", "show", doc_id).json()["document"]["chunker_version"].startswith("para1-")
+    old = knowledge("--json", "chunk", "show", old_chunk).json()
+    assert old["status"] == "historical" and old["chunk"]["chunk_id"] == old_chunk
+
+    versions = knowledge("--json", "docs", "versions", doc_id).json()
+    assert [v["document"]["version"] for v in versions] == [1]
+    sets = versions[0]["chunk_sets"]
+    assert [s["superseded_at"] is None for s in sets] == [False, True]
+    human_versions = knowledge("docs", "versions", doc_id)
+    assert human_versions.code == 0 and "live" in human_versions.out and "re-chunked" in human_versions.out
+    missing = str(uuid.uuid4())
+    for args in (("docs", "show", missing), ("docs", "versions", missing), ("docs", "rechunk", missing)):
+        result = knowledge(*args)
+        assert result.code == 1 and "document_not_found" in result.one_error_line()
+
+
+def test_chunk_show_live_then_deleted(knowledge: Cli, corpus: Path) -> None:
+    ingested = knowledge("--json", "ingest", str(corpus / "guide" / "runbook.md"))
+    doc_id = ingested.json()["files"][0]["document_id"]
+    chunk_id = knowledge("--json", "search", "pelican").json()["passages"][0]["chunk_id"]
+
+    live = knowledge("--json", "chunk", "show", chunk_id)
+    data = live.json()
+    assert live.code == 0 and data["status"] == "live" and data["live"] is True
+    assert "pelican release tag" in data["chunk"]["text"] and data["document"]["document_id"] == doc_id
+    assert data["source"]["origin"] == "KNOWLEDGE_SOURCE" and data["source"]["sha256"] == \
+        data["document"]["source_sha256"]
+    human = knowledge("chunk", "show", chunk_id)
+    assert human.code == 0 and "pelican release tag" in human.out and "(live)" in human.out
+
+    assert knowledge("docs", "delete", doc_id).code == 2  # no --yes, and standard input is not a terminal
+    not_owner = knowledge("--principal", "mallory", "docs", "delete", doc_id, "--yes")
+    assert not_owner.code == 1 and "not_document_owner" in not_owner.one_error_line()
+    deleted = knowledge("--json", "docs", "delete", doc_id, "--yes")
+    assert deleted.code == 0 and deleted.json()["chunks"] >= 1
+
+    gone = knowledge("--json", "chunk", "show", chunk_id)
+    assert gone.code == 0 and gone.json()["status"] == "deleted" and gone.json()["document_id"] == doc_id
+    assert "text" not in gone.out and "pelican" not in gone.out
+    human_gone = knowledge("chunk", "show", chunk_id)
+    assert "this passage has been deleted" in human_gone.out
+    assert knowledge("--json", "search", "pelican").json()["passages"] == []
+    assert knowledge("docs", "show", doc_id).code == 1
+    again = knowledge("docs", "delete", doc_id, "--yes")
+    assert again.code == 1 and "document_not_found" in again.one_error_line()
+    unknown = knowledge("chunk", "show", "kc_doesnotexist")
+    assert unknown.code == 1 and "chunk_not_found" in unknown.one_error_line()
+
+
+async def _one_turn(dsn: str, tenant: str, text: str) -> None:
+    settings = Settings(dsn=dsn, pool_min_size=1, pool_max_size=2, sweep_interval_seconds=None)
+    async with KnowledgeService.open(settings) as svc:
+        query = KnowledgeQuery(tenant_id=tenant, principal_id="operator", text=text)
+        await svc.turn(TurnRequest(query=query, region_tokens=10_000))
+
+
+def test_stats_tracked_metrics(knowledge: Cli, corpus: Path, database_dsn: str, tenant: str) -> None:
+    assert knowledge("ingest", str(corpus)).code == 1
+    stats = knowledge("--json", "stats").json()
+    corpus_size = stats["corpus"]
+    assert (corpus_size["documents"], corpus_size["versions"]) == (2, 2)
+    assert corpus_size["chunks"] >= 2 and corpus_size["tokens"] > 0
+    assert corpus_size["source_bytes"] == len(RUNBOOK.encode()) + (corpus / "notes.txt").stat().st_size
+    assert stats["ingestion"]["accepted"] == 2
+    assert stats["ingestion"]["refused"] == {"unsupported_media_type": 2, "secret_detected": 1}
+    assert stats["ingestion"]["instruction_like_rate"] == 0.0
+    assert stats["budget_pressure"] is None and stats["citations"] is None
+    human = knowledge("stats")
+    assert human.code == 0 and "instruction-like rate: 0.00%" in human.out
+    assert "budget pressure: n/a (no turns traced)" in human.out and "secret_detected" in human.out
+
+    anyio.run(_one_turn, database_dsn, tenant, "pelican rollback")
+    traced = knowledge("--json", "stats").json()
+    assert traced["budget_pressure"]["turns"] == 1 and traced["budget_pressure"]["knowledge_turns"] == 1
+    assert traced["citations"]["traces"] == 1 and traced["citations"]["citations"] >= 1
+    top = traced["citations"]["top_documents"]
+    assert {t["title"] for t in top} <= {"guide/runbook.md", "notes.txt"}
+    assert sum(t["citations"] for t in top) == traced["citations"]["citations"]
+    human_traced = knowledge("stats")
+    assert "Budget pressure" in human_traced.out and "Most cited" in human_traced.out
+
+
+def test_db_status_and_psql_against_dsn(knowledge: Cli, capfd: pytest.CaptureFixture[str], database_dsn: str,
+                                        tenant: str, corpus: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    status = knowledge("--json", "db", "status")
+    assert status.code == 0 and status.json()["running"] is True and status.json()["embedded"] is False
+    for command in ("start", "stop"):
+        refused = knowledge("db", command)
+        assert refused.code == 2 and "--dsn" in refused.one_error_line()
+
+    assert knowledge("ingest", str(corpus / "guide")).code == 0
+    capfd.readouterr()
+    code = main(["--dsn", database_dsn, "db", "psql", "-tA", "-c",
+                 f"SELECT count(*) FROM knowledge_documents WHERE tenant_id = '{tenant}'"])
+    assert code == 0 and capfd.readouterr().out.strip() == "1"
+
+    monkeypatch.delenv("KNOWLEDGE_DSN", raising=False)
+    stopped = knowledge("--data-dir", str(tmp_path / "no-server"), "--json", "db", "status", dsn=None)
+    assert stopped.code == 3 and stopped.json() == {"running": False, "embedded": True,
+                                                    "data_dir": str(tmp_path / "no-server")}
+
+
+def test_db_status_of_the_running_embedded_server(knowledge: Cli, admin_dsn: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    host = parse_qs(urlsplit(admin_dsn).query).get("host", [""])[0]
+    if not host.endswith("/pgdata"):
+        pytest.skip("the tests run against an external server")
+    monkeypatch.delenv("KNOWLEDGE_DSN", raising=False)
+    status = knowledge("--data-dir", str(Path(host).parent), "--json", "db", "status", dsn=None)
+    assert status.code == 0 and status.json()["running"] is True and status.json()["pgdata"] == host
+
+
+def _script(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+@pytest.mark.slow
+def test_console_script_and_the_embedded_server_lifecycle(tmp_path: Path, corpus: Path) -> None:
+    """``db start`` leaves the server running; another command joins it and leaves it running;
+    ``db stop`` stops it."""
+    env = {k: v for k, v in os.environ.items() if k != "KNOWLEDGE_DSN"}
+    data_dir = str(tmp_path / "kdata")
+    try:
+        started = _script("--data-dir", data_dir, "--json", "db", "start", env=env)
+        assert started.returncode == 0, started.stderr
+        facts = json.loads(started.stdout)
+        assert facts["running"] and facts["schema_version"] >= 1
+        ingested = _script("--data-dir", data_dir, "--json", "ingest", str(corpus / "guide"), env=env)
+        assert ingested.returncode == 0, ingested.stderr
+        assert json.loads(ingested.stdout)["outcomes"] == {"ingested": 1}
+        status = _script("--data-dir", data_dir, "--json", "db", "status", env=env)
+        assert status.returncode == 0 and json.loads(status.stdout)["pid"] == facts["pid"]  # still running
+    finally:
+        stopped = _script("--data-dir", data_dir, "--json", "db", "stop", env=env)
+    assert stopped.returncode == 0 and json.loads(stopped.stdout)["stopped"] is True
+    after = _script("--data-dir", data_dir, "db", "status", env=env)
+    assert after.returncode == 3 and "not running" in after.stdout
+
+
+@pytest.mark.slow
+def test_worker_runs_until_sigterm(database_dsn: str) -> None:
+    env = {**os.environ, "KNOWLEDGE_DSN": database_dsn}
+    proc = subprocess.Popen([str(SCRIPT), "--json", "worker", "--poll-seconds", "0.2", "--log-level", "WARNING"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["ready"] is True and len(ready["workers"]) == 1
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["stopped"] is True
+    assert "Traceback" not in err
