@@ -58,6 +58,11 @@ def count_tokens(text: str) -> int:
     or punctuation mark, a long word one token per five characters (identifiers, hashes and
     base64 cost what they cost a BPE), and one per CJK character.
     """
+    # Whitespace is never a token and only ever separates, so runs of it count the same as one
+    # space; squeezing them first (in C) keeps the regex off long indentation. U+3000 is the one
+    # whitespace character the CJK range counts, so a text holding it is counted as it is.
+    if "\u3000" not in text:
+        text = " ".join(text.split())
     return len(_TOKEN.findall(text))
 
 

@@ -30,8 +30,6 @@ _TAB_HINTS = re.compile(
     re.MULTILINE,
 )
 _HINT_LINES = 5
-# Whitespace other than the newline itself: what "trailing whitespace" means per line.
-_TRAILING = re.compile(r"[^\S\n]+$", re.MULTILINE)
 _BLANK_RUN = re.compile(r"\n{4,}")  # a newline, then three or more blank lines
 _LEADING_BLANK_RUN = re.compile(r"\A\n{3,}")  # three or more blank lines at the very start
 
@@ -53,9 +51,9 @@ def normalize(text: str) -> str:
     """Apply the closed list, in order. ``normalize(normalize(t)) == normalize(t)``."""
     text = unicodedata.normalize("NFC", text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "\t" in text:
-        width = tab_width(text)
-        text = "\n".join(line.expandtabs(width) for line in text.split("\n"))
-    text = _TRAILING.sub("", text)
+    # Trailing whitespace is what str.isspace (the same set as the regex \s) says, per line. Done
+    # with str methods: the regex [^\S\n]+$ backtracks quadratically on long runs of indentation.
+    width = tab_width(text) if "\t" in text else 0
+    text = "\n".join((line.expandtabs(width) if width else line).rstrip() for line in text.split("\n"))
     text = _LEADING_BLANK_RUN.sub("\n\n", text)
     return _BLANK_RUN.sub("\n\n\n", text)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge.chunking import (
+    _TOKEN,
     CEILING_TOKENS,
     CHUNKER_VERSION,
     FLOOR_TOKENS,
@@ -252,3 +253,13 @@ def test_token_counter_is_a_plausible_bpe_stand_in() -> None:
     assert count_tokens("configuration") == 3  # 13 characters: a long word costs more
     assert count_tokens("0123456789abcdef0123456789abcdef01234567") == 8  # a commit id
     assert count_tokens("中文字符") == 4
+
+
+_SPACES = ["\n", "\t", "\x0b", "\x1c", "\u2028", "\u3000", "\u2000", "\xa0", "\u4e00"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([*"ab_9é中ß.,-x ", *_SPACES, "  ", "abcdefghijkl"])).map("".join))
+def test_token_count_ignores_how_whitespace_is_spelled(text: str) -> None:
+    """The whitespace squeeze in count_tokens is exact: it counts what the bare regex counts."""
+    assert count_tokens(text) == len(_TOKEN.findall(text))
