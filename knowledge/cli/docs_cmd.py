@@ -54,10 +54,8 @@ def list_documents(
     if opts.out.json:
         opts.out.emit_json(docs)
         return 0
-    rows = [(d.document_id, d.version, d.title, d.visibility + (f":{d.project_scope}" if d.project_scope else ""),
-             d.chunks, d.tokens, d.ingested_at) for d in docs]
-    opts.out.table(None, ["document", "v", "title", "visibility", "chunks", "tokens", "ingested"], rows,
-                   wrap=["title"])
+    rows = [(d.document_id, d.version, d.title, d.chunks, f"{d.ingested_at:%Y-%m-%d}") for d in docs]
+    opts.out.table(None, ["document", "v", "title", "chunks", "ingested"], rows, wrap=["title"])
     opts.out.line(f"{len(rows)} documents in tenant {safe(opts.tenant)}")
     return 0
 
@@ -150,7 +148,8 @@ def delete(
     if opts.out.json:
         opts.out.emit_json({"document_id": doc_id, "deleted": True, "chunks": chunks, "artifacts_swept": swept})
     else:
-        opts.out.line(f"deleted document {doc_id}: {chunks} chunks; source bytes removed ({swept} artifacts swept)")
+        opts.out.line(f"deleted document {doc_id}: {chunks} chunk{'s' * (chunks != 1)}, every version and "
+                      f"its source bytes ({swept} artifact{'s' * (swept != 1)} swept)")
     return 0
 
 
@@ -200,7 +199,7 @@ def rechunk(
     if opts.out.json:
         opts.out.emit_json({"document_id": doc_id, "chunker_version": version, "chunks": count})
     else:
-        opts.out.line(f"re-chunked document {doc_id} under {version}: {count} chunks")
+        opts.out.line(f"re-chunked document {doc_id} under {version}: {count} chunk{'s' * (count != 1)}")
     return 0
 
 

@@ -72,7 +72,7 @@ class Output:
 
     def table(self, title: str | None, columns: Iterable[str], rows: Iterable[Iterable[object]],
               wrap: Iterable[str] = ()) -> None:
-        """A table; only the ``wrap`` columns fold (ids, numbers and dates never do)."""
+        """A table; only the ``wrap`` columns fold (ids and numbers never do)."""
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         folding = set(wrap)
         for name in columns:
