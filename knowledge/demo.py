@@ -1,6 +1,7 @@
-"""The main job: start the embedded database, migrate, ingest a folder of Markdown, print what
-was ingested, what was refused and why, and the chunk sizes; then answer a question with a
-rendered, cited <knowledge> block, and print the health check.
+"""The main job: start the embedded database, migrate, ingest a folder of Markdown (with a
+progress bar), print what was ingested, what was refused and why, and the chunk sizes; then run
+one turn for a question — its rendered, cited <knowledge> block and the trace committed with it —
+and print the health check.
 
     bash scripts/main.sh [FOLDER] [--question TEXT]   # default: ../shared/corpus/docs-etcd, else examples/docs
 
@@ -18,16 +19,41 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
-from knowledge.render import render_knowledge_block
 from knowledge.service import KnowledgeService
+from knowledge.turn import TurnRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FOLDERS = [ROOT.parent / "shared" / "corpus" / "docs-etcd", ROOT / "examples" / "docs"]
 TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
+
+
+async def _ingest_one(svc: KnowledgeService, principal: Principal, folder: Path, path: Path,
+                      outcomes: dict[str, int], tokens: list[int]) -> int:
+    """Put one file and ingest it; count the outcome; return its size."""
+    data = await anyio.Path(path).read_bytes()
+    ref = await svc.artifacts.put(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
+                                  origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name)
+    rel = str(path.relative_to(folder))
+    try:
+        doc = await svc.ingest(ref, rel, "tenant", principal, origin_trust=TrustLevel.USER,
+                               document_id=uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-demo:{TENANT}:{rel}"))
+    except IngestRefused as exc:
+        outcomes[exc.reason] = outcomes.get(exc.reason, 0) + 1
+        if exc.reason != "document_exists":
+            print(f"  refused {rel}: {exc.reason}: {exc.message}")
+        return len(data)
+    finally:
+        # The upload was only the vehicle: the document keeps its own copy of the source.
+        await svc.artifacts.set_expiry(TENANT, ref.artifact_id, datetime.now(UTC))
+    outcomes["ingested"] = outcomes.get("ingested", 0) + 1
+    tokens.extend(r["tokens"] for r in await svc.db.fetch(
+        "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2", TENANT, doc.document_id))
+    return len(data)
 
 
 async def run(folder: Path, files: list[Path], question: str) -> None:
@@ -42,27 +68,13 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
         tokens: list[int] = []
         began = time.perf_counter()
         size = 0
-        for path in files:
-            data = path.read_bytes()
-            size += len(data)
-            ref = await svc.artifacts.put(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
-                                          origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name)
-            rel = str(path.relative_to(folder))
-            try:
-                doc = await svc.ingest(ref, rel, "tenant", principal, origin_trust=TrustLevel.USER,
-                                       document_id=uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-demo:{TENANT}:{rel}"))
-            except IngestRefused as exc:
-                outcomes[exc.reason] = outcomes.get(exc.reason, 0) + 1
-                if exc.reason != "document_exists":
-                    print(f"  refused {rel}: {exc.reason}: {exc.message}")
-                continue
-            finally:
-                # The upload was only the vehicle: the document keeps its own copy of the source.
-                await svc.artifacts.set_expiry(TENANT, ref.artifact_id, datetime.now(UTC))
-            outcomes["ingested"] = outcomes.get("ingested", 0) + 1
-            tokens.extend(r["tokens"] for r in await svc.db.fetch(
-                "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2",
-                TENANT, doc.document_id))
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeRemainingColumn(), transient=True)
+        with progress:
+            task = progress.add_task("ingesting", total=len(files))
+            for path in files:
+                size += await _ingest_one(svc, principal, folder, path, outcomes, tokens)
+                progress.advance(task)
         elapsed = time.perf_counter() - began
         print(f"outcomes: {outcomes}  ({size / 1e6:.2f} MB in {elapsed:.2f}s, {size / 1e6 / elapsed:.2f} MB/s)")
         if tokens:
@@ -72,12 +84,15 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
         stats = await svc.ingest_stats(TENANT)
         print(f"corpus (tenant {TENANT}): {stats.live_chunks} live chunks, instruction-like rate "
               f"{stats.instruction_like_rate:.2%}, accepted {stats.accepted}, refused {stats.refused}")
+        # One turn: retrieve, budget Region B, render, and commit the trace with the block.
         query = KnowledgeQuery(tenant_id=TENANT, principal_id="operator", text=question)
         began = time.perf_counter()
-        passages = await svc.search(query)
+        turn = await svc.turn(TurnRequest(query=query, region_tokens=5000, session_id="demo"))
         took = (time.perf_counter() - began) * 1000
-        print(f"\nQ: {question}  ({len(passages)} passages in {took:.1f} ms)")
-        print(render_knowledge_block(passages, as_of=datetime.now(UTC)))
+        print(f"\nQ: {question}  ({len(turn.passages)} passages, block and trace in {took:.1f} ms)")
+        print(turn.block or "(no passage)")
+        view = await svc.trace_view(turn.trace.trace_id, tenant_id=TENANT, viewing_ceiling="internal")
+        print(view.render() if view is not None else "(no trace)")
         health = await svc.health()
         print(f"health: ok={health.ok} backend={health.backend} server={health.server_version} "
               f"schema={health.schema_version}/{health.schema_expected} latency={health.latency_ms:.1f}ms")
