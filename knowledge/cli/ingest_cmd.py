@@ -168,7 +168,7 @@ def _detail(r: FileOutcome) -> str:
 def ingest(
     ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(help="Files and folders (folders recursively).",
-                                                show_default=False)],
+                                                metavar="PATH", show_default=False)],
     visibility: Annotated[Visibility, typer.Option(help="Who may read the documents.")] = Visibility.TENANT,
     project: Annotated[str | None, typer.Option(help="Project scope (required with --visibility project).")] = None,
     sensitivity: Annotated[Sensitivity, typer.Option()] = Sensitivity.INTERNAL,

@@ -25,7 +25,7 @@ def parse_as_of(value: str) -> datetime:
 
 def search(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(help="What to look for.", show_default=False)],
+    query: Annotated[str, typer.Argument(help="What to look for.", metavar="QUERY", show_default=False)],
     project: Annotated[str | None, typer.Option(help="The current project scope (ranking, and project "
                                                      "visibility).")] = None,
     as_of: Annotated[str | None, typer.Option(help="Search the corpus as it was then (ISO 8601 with a timezone).",
