@@ -237,7 +237,8 @@ class KnowledgeService:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
         return await ingest_stats(self.db, tenant_id)
 
-    # --- The operator's read-side view (`knowledge.catalog`): tenant-scoped, visibility not applied ---
+    # --- The operator's read-side view (`knowledge.catalog`): tenant-scoped, visibility not applied.
+    # --- Read-only; cancellation propagates and leaves no connection checked out.
 
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
                         limit: int | None = None) -> list[catalog.DocumentSummary]:
