@@ -248,6 +248,7 @@ class Claim:
     conversation_id: str | None
     upload_seq: int
     taken_over_from: str | None  # the worker whose lease had expired, when this is a takeover
+    exhausted: bool = False  # a takeover of the last allowed attempt: to be recorded failed, not run
 
     @property
     def tenant_id(self) -> str:
@@ -279,7 +280,8 @@ _STATE_OF: dict[str, Settled] = {"ingested": "ingested", "refused": "refused", "
 
 _CLAIM = f"""
 WITH next AS (
-    SELECT tenant_id, artifact_id, attachment_state AS prev_state, lease_owner AS prev_owner
+    SELECT tenant_id, artifact_id, attachment_state AS prev_state, lease_owner AS prev_owner,
+           attachment_state = 'ingesting' AND attachment_attempts >= $4 AS exhausted
     FROM artifacts
     WHERE attachment_state IN ('pending', 'ingesting')
       AND ($3::text IS NULL OR tenant_id = $3)
@@ -295,7 +297,7 @@ UPDATE artifacts a
 SET attachment_state = 'ingesting',
     lease_owner = $1,
     lease_expires_at = clock_timestamp() + make_interval(secs => $2),
-    attachment_attempts = a.attachment_attempts + 1,
+    attachment_attempts = a.attachment_attempts + CASE WHEN next.exhausted THEN 0 ELSE 1 END,
     next_attempt_at = NULL,
     attachment_updated_at = clock_timestamp(),
     attachment_history = CASE WHEN next.prev_state = 'ingesting'
@@ -307,7 +309,7 @@ FROM next
 WHERE a.tenant_id = next.tenant_id AND a.artifact_id = next.artifact_id
 RETURNING {', '.join('a.' + c.strip() for c in _REF_COLUMNS.split(','))}, a.attached_by,
           a.attachment_document_id, a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state,
-          next.prev_owner,
+          next.prev_owner, next.exhausted,
           EXISTS (SELECT 1 FROM knowledge_documents d WHERE d.tenant_id = a.tenant_id
                   AND d.document_id = a.attachment_document_id AND d.valid_to IS NULL) AS document_exists
 """
@@ -353,12 +355,14 @@ class AttachmentQueue:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def claim(self, worker_id: str, lease_seconds: float, tenant_id: str | None = None) -> Claim | None:
+    async def claim(self, worker_id: str, lease_seconds: float, tenant_id: str | None = None, *,
+                    max_attempts: int = 4) -> Claim | None:
         """Claim the claimable attachment first in upload order — pending and due, or ingesting
         under an expired lease (a takeover) — and take a lease on it for ``worker_id``; None when
-        nothing is claimable. Workers skip each other's rows being claimed (``SKIP LOCKED``).
+        nothing is claimable. Workers skip each other's rows being claimed (``SKIP LOCKED``). A
+        takeover of attempt ``max_attempts`` is not a new attempt: the claim is ``exhausted``.
         Cancellation: the statement rolls back; nothing is claimed."""
-        row = await self._db.fetchrow(_CLAIM, worker_id, float(lease_seconds), tenant_id)
+        row = await self._db.fetchrow(_CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts)
         if row is None:
             return None
         principal_id = row["attached_by"] or ""
@@ -370,6 +374,7 @@ class AttachmentQueue:
             document_exists=bool(row["document_exists"]), conversation_id=row["conversation_id"],
             upload_seq=int(row["upload_seq"]),
             taken_over_from=row["prev_owner"] if row["prev_state"] == AttachmentState.INGESTING.value else None,
+            exhausted=bool(row["exhausted"]),
         )
 
     async def renew(self, claim: Claim, lease_seconds: float) -> bool:

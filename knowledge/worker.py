@@ -215,7 +215,8 @@ class AttachmentWorker:
     async def step(self) -> bool:
         """Claim one attachment and see it through; False if nothing was claimable.
         Cancellation: as `run`."""
-        claim = await self.queue.claim(self.worker_id, self.options.lease_seconds, self.options.tenant_id)
+        claim = await self.queue.claim(self.worker_id, self.options.lease_seconds, self.options.tenant_id,
+                                       max_attempts=self.options.max_attempts)
         if claim is None:
             return False
         self.stats.claimed += 1
@@ -235,7 +236,7 @@ class AttachmentWorker:
         try:
             if not claim.principal_id:
                 outcome = Outcome("refused", "invalid_request")
-            elif claim.attempt > self.options.max_attempts:  # the last attempt's worker died mid-job
+            elif claim.exhausted:  # the last allowed attempt's worker died mid-job
                 outcome = Outcome("failed", "lease_expired")
             else:
                 outcome = await self._attempt_holding_lease(claim)
@@ -408,7 +409,7 @@ class Supervisor:
             delay = min(self.restart_max_seconds, self.restart_base_seconds * 2 ** (state.consecutive_crashes - 1))
             state.next_restart_at = state.last_crash_at + timedelta(seconds=delay)
             looping = state.consecutive_crashes >= self.crash_loop_after
-            _log.error("%s%s crashed: %s (%d in a row, %d in all); restarting in %.1f s", "CRASH LOOP: " if looping
+            _log.error("%s%s crashed: %s (%d in a row, %d in all); restarting in %.3g s", "CRASH LOOP: " if looping
                        else "", name, why, state.consecutive_crashes, state.crashes, delay, exc_info=error)
             await anyio.sleep(delay)
             state.restarts += 1
@@ -481,7 +482,8 @@ class MaintenanceWorker:
     def snapshot(self) -> MaintenanceStatus:
         """Counters only, no database round trip (for ``health``)."""
         actors = self.supervisor.snapshot()
-        return MaintenanceStatus(process=self.process, actors=actors, workers=[w.stats for w in self.workers],
+        return MaintenanceStatus(process=self.process, actors=actors,
+                                 workers=[w.stats.model_copy() for w in self.workers],
                                  swept=self.swept, crash_looping=any(a.crash_looping for a in actors))
 
     async def status(self) -> MaintenanceStatus:
@@ -507,7 +509,7 @@ async def serve(settings: Settings, *, announce: Callable[[dict[str, Any]], None
             async for signum in signals:
                 _log.info("signal %d: stopping the maintenance worker", signum)
                 break
-            status = maintenance.snapshot()
+        status = maintenance.snapshot()  # after the close: jobs in flight are released by now
         announce({"stopped": True, "workers": [w.model_dump() for w in status.workers]})
 
 

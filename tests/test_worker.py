@@ -232,10 +232,10 @@ async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
         broken = True
         real_claim = queue.claim
 
-        async def claim(*args: Any) -> Any:
+        async def claim(*args: Any, **kwargs: Any) -> Any:
             if broken:
                 raise RuntimeError("injected claim failure")
-            return await real_claim(*args)
+            return await real_claim(*args, **kwargs)
 
         monkeypatch.setattr(queue, "claim", claim)
 
@@ -284,3 +284,56 @@ async def test_closing_the_service_mid_job_releases_the_attachment(settings: Set
                                                    "sources": 0, "ingested_events": 0}
         assert await worker(svc, tenant).drain() == 1
         assert (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
+
+
+# --- Leases: a stalled worker, an exhausted takeover -------------------------------------------------------------
+
+
+class _Stalled(AttachmentQueue):
+    """A worker that stalls: it never gets to renew its lease (and believes it did)."""
+
+    async def renew(self, claim: Any, lease_seconds: float) -> bool:
+        return True
+
+
+async def test_a_stalled_worker_loses_its_lease_and_makes_no_second_document(service: KnowledgeService,
+                                                                              tenant: str) -> None:
+    """The first worker stalls mid-job past its lease; the second takes the attachment over and
+    waits on the document's key; when the first commits after all, the second records that
+    document, and the first finds its lease lost."""
+    ref = await upload(service, tenant, markdown("Certificates"), "certs.md")
+    gate = Gate("before_commit", hold=1)
+    stalled_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=gate)
+    options = WorkerOptions(**{**FAST, "tenant_id": tenant, "lease_seconds": 0.3})
+    stalled = AttachmentWorker(_Stalled(service.db), stalled_ingestor.ingest, options, worker_id="stalled")
+    second = worker(service, tenant, "second")
+    await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalled.step)
+        with anyio.fail_after(30):
+            await gate.reached.wait()
+        tg.start_soon(second.drain)
+        await wait_for(lambda: _blocked_on_a_lock(service.db))
+        gate.opened.set()
+    assert (stalled.stats.lease_lost, second.stats.taken_over, second.stats.ingested) == (1, 1, 1)
+    done = await status(service, tenant, ref)
+    assert done.state is AttachmentState.INGESTED and done.attempts == 2
+    assert [(h["outcome"], h["worker"]) for h in done.history] == [("lease_expired", "stalled"),
+                                                                   ("ingested", "second")]
+    assert (await footprint(service.db, tenant))["documents"] == 1
+
+
+async def test_a_takeover_after_the_last_attempt_records_failed(service: KnowledgeService, tenant: str) -> None:
+    """The worker of the fourth (last) attempt died mid-job: the takeover records failed, runs nothing."""
+    ref = await upload(service, tenant, markdown("Quotas"), "quotas.md")
+    await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+    await service.db.execute(
+        """UPDATE artifacts SET attachment_state = 'ingesting', attachment_attempts = 4, lease_owner = 'dead',
+                  lease_expires_at = clock_timestamp() - interval '1 second'
+           WHERE tenant_id = $1 AND artifact_id = $2""", tenant, ref.artifact_id)
+    w = worker(service, tenant)
+    assert await w.drain() == 1
+    failed = await status(service, tenant, ref)
+    assert (failed.state, failed.attempts, failed.reason) == (AttachmentState.FAILED, 4, "lease_expired")
+    assert [(h["outcome"], h["attempt"]) for h in failed.history] == [("lease_expired", 4), ("failed", 4)]
+    assert (await footprint(service.db, tenant))["documents"] == 0
