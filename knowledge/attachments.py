@@ -111,6 +111,20 @@ class AttachmentMark(BaseModel):
     reason: str | None = None
 
 
+class QueueOverview(BaseModel):
+    """A tenant's attachments as an operator audits them (`AttachmentQueue.overview`): live attachments
+    by state, refusal and failure reasons, and the signs of a worker that is gone — an ``ingesting``
+    attachment whose lease expired (its worker died or stalls; another worker takes it over) and the
+    age of the oldest pending one (no worker is draining the queue)."""
+
+    model_config = _FROZEN
+
+    by_state: dict[str, int]
+    reasons: dict[str, dict[str, int]]  # state ("refused" | "failed") -> reason -> count
+    expired_leases: int
+    oldest_pending_seconds: float | None
+
+
 class AttachmentStatus(BaseModel):
     """An attachment as the queue sees it (`AttachmentQueue.status`)."""
 
@@ -460,6 +474,27 @@ class AttachmentQueue:
                 WHERE attachment_state IS NOT NULL AND ($1::text IS NULL OR tenant_id = $1) AND {_LIVE}
                 GROUP BY 1""", tenant_id)
         return {r["state"]: int(r["n"]) for r in rows}
+
+    async def overview(self, tenant_id: str) -> QueueOverview:
+        """`QueueOverview` of one tenant's live attachments, in one statement."""
+        rows = await self._db.fetch(
+            f"""SELECT attachment_state AS state, refusal_reason AS reason, count(*) AS n,
+                       count(*) FILTER (WHERE attachment_state = 'ingesting'
+                                        AND lease_expires_at < clock_timestamp()) AS expired,
+                       extract(epoch FROM clock_timestamp() - min(created_at)
+                               FILTER (WHERE attachment_state = 'pending')) AS oldest
+                FROM artifacts
+                WHERE tenant_id = $1 AND attachment_state IS NOT NULL AND {_LIVE}
+                GROUP BY 1, 2""", tenant_id)
+        by_state: dict[str, int] = {}
+        reasons: dict[str, dict[str, int]] = {}
+        oldest = [float(r["oldest"]) for r in rows if r["oldest"] is not None]
+        for r in rows:
+            by_state[r["state"]] = by_state.get(r["state"], 0) + int(r["n"])
+            if r["state"] in ("refused", "failed") and r["reason"]:
+                reasons.setdefault(r["state"], {})[r["reason"]] = int(r["n"])
+        return QueueOverview(by_state=by_state, reasons=reasons, expired_leases=sum(int(r["expired"]) for r in rows),
+                             oldest_pending_seconds=max(oldest) if oldest else None)
 
     async def status(self, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
         """One attachment's state, attempts, history and document; None if the artifact is gone."""

@@ -31,6 +31,7 @@ from knowledge.attachments import (
     AttachmentQueue,
     AttachmentStatus,
     MessageActor,
+    QueueOverview,
     mark_attachments,
     upload_attachment,
 )
@@ -337,6 +338,11 @@ class KnowledgeService:
     async def attachment(self, tenant_id: str, artifact_id: UUID) -> AttachmentStatus | None:
         """An attachment's state, reason, attempts and their history, and its document; None if gone."""
         return await self.attachment_queue.status(tenant_id, artifact_id)
+
+    async def attachment_overview(self, tenant_id: str) -> QueueOverview:
+        """A tenant's attachments by state and reason, expired leases and the oldest pending one's age
+        (`knowledge.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
+        return await self.attachment_queue.overview(tenant_id)
 
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation's attachments and, through the deletion cascade, the documents ingested

@@ -422,3 +422,34 @@ def test_worker_runs_until_sigterm(database_dsn: str) -> None:
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["stopped"] is True
     assert "Traceback" not in err
+
+
+async def _attachments_with_a_dead_worker(dsn: str, tenant: str) -> None:
+    """Three owner-sent attachments: one ingested, one refused (a secret), one ingesting under the
+    expired lease of a worker that died."""
+    from tests.helpers.attachments import markdown, owner, upload, worker
+
+    secret = b"# Deploy\n\nexport AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ3kq8nT2b\n"
+    settings = Settings(dsn=dsn, sweep_interval_seconds=None)
+    async with KnowledgeService.open(settings) as svc:
+        refs = [await upload(svc, tenant, data, name) for data, name in
+                ((markdown("Upgrades"), "upgrades.md"), (secret, "deploy.md"))]
+        await svc.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
+        assert await worker(svc, tenant).drain() == 2
+        stuck = await upload(svc, tenant, markdown("Backups"), "backups.md")
+        await svc.mark_attachments(owner(tenant), [stuck.artifact_id], conversation_id="c1")
+        await svc.db.execute(
+            """UPDATE artifacts SET attachment_state = 'ingesting', attachment_attempts = 1, lease_owner = 'dead',
+                      lease_expires_at = clock_timestamp() - interval '1 minute'
+               WHERE tenant_id = $1 AND artifact_id = $2""", tenant, stuck.artifact_id)
+
+
+def test_stats_show_attachments_and_a_dead_worker(knowledge: Cli, database_dsn: str, tenant: str) -> None:
+    assert "attachments: none sent" in knowledge("stats").out
+    anyio.run(_attachments_with_a_dead_worker, database_dsn, tenant)
+    queue = knowledge("--json", "stats").json()["attachments"]
+    assert queue["by_state"] == {"ingested": 1, "refused": 1, "ingesting": 1}
+    assert queue["reasons"] == {"refused": {"secret_detected": 1}} and queue["expired_leases"] == 1
+    human = knowledge("stats")
+    assert "secret_detected" in human.out and "1 attachment(s) ingesting under an expired lease" in human.out
+    assert "wJalrXUtnFEMI" not in human.out

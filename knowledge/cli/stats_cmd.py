@@ -2,7 +2,9 @@
 
 Corpus size; ingestion outcomes by cause and the instruction-like rate (`KnowledgeService.ingest_stats`);
 budget pressure (`KnowledgeService.budget_pressure`, from the turn counters); citation counts (from the
-recall traces still retained). Budget pressure and citations read "n/a" until a turn was traced.
+recall traces still retained); owner-sent attachments by state and reason, with the signs of a worker
+that is gone (`KnowledgeService.attachment_overview`). Budget pressure and citations read "n/a" until a
+turn was traced.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 import typer
 
+from knowledge.attachments import QueueOverview
 from knowledge.catalog import CitationCounts, CorpusSize
 from knowledge.cli.context import open_service, options
 from knowledge.cli.output import human_bytes
@@ -24,12 +27,13 @@ def stats(ctx: typer.Context) -> int:
     """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, citation counts."""
     opts = options(ctx)
 
-    async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None]:
+    async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None, QueueOverview]:
         async with open_service(opts) as svc:
             return (await svc.corpus_size(opts.tenant), await svc.ingest_stats(opts.tenant),
-                    await svc.budget_pressure(opts.tenant), await svc.citation_counts(opts.tenant))
+                    await svc.budget_pressure(opts.tenant), await svc.citation_counts(opts.tenant),
+                    await svc.attachment_overview(opts.tenant))
 
-    corpus, ingest, pressure, citations = opts.run(run)
+    corpus, ingest, pressure, citations, attachments = opts.run(run)
     traced = pressure.turns > 0
     if opts.out.json:
         opts.out.emit_json({
@@ -41,6 +45,7 @@ def stats(ctx: typer.Context) -> int:
             "budget_pressure": ({**pressure.model_dump(), "yield_rate": pressure.yield_rate,
                                  "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
             "citations": citations if citations is not None and citations.traces else None,
+            "attachments": attachments,
         })
         return 0
     out = opts.out
@@ -79,4 +84,28 @@ def stats(ctx: typer.Context) -> int:
             out.table("Most cited", ["document", "title", "citations"],
                       [(t.document_id, t.title or "(deleted)", t.citations) for t in citations.top_documents],
                       wrap=["title"])
+    _attachments(opts, attachments)
     return 0
+
+
+def _attachments(opts: Any, queue: QueueOverview) -> None:
+    out = opts.out
+    if not queue.by_state:
+        out.line("attachments: none sent")
+        return
+    rows: list[tuple[Any, ...]] = []
+    for state in ("pending", "ingesting", "ingested", "refused", "failed"):
+        if state not in queue.by_state:
+            continue
+        causes = queue.reasons.get(state)
+        if causes:
+            rows += [(state, reason, n) for reason, n in sorted(causes.items(), key=lambda kv: -kv[1])]
+        else:
+            rows.append((state, "-", queue.by_state[state]))
+    out.table("Attachments (owner-sent)", ["state", "reason", "count"], rows)
+    if queue.expired_leases:
+        out.line(f"[bold red]{queue.expired_leases} attachment(s) ingesting under an expired lease[/]: their "
+                 "worker died or stalls; a live worker takes them over")
+    if queue.oldest_pending_seconds is not None and queue.oldest_pending_seconds > 60:
+        out.line(f"[bold yellow]oldest pending attachment waits {queue.oldest_pending_seconds:.0f} s[/]: is a "
+                 "worker running? (knowledge worker)")
