@@ -43,7 +43,7 @@ from knowledge.errors import KnowledgeError
 from knowledge.ingest import lock_document
 from knowledge.lifecycle import withdraw_unreferenced
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
-from knowledge.store.artifacts import collect_bytes, insert_artifact, ref_from_row
+from knowledge.store.artifacts import REF_COLUMNS, collect_bytes, insert_artifact, ref_from_row
 from knowledge.store.db import Database, Record
 from parsers.base import base_media_type
 
@@ -57,8 +57,6 @@ TRANSIENT_REFUSALS = frozenset({"pdf_timeout", "pdf_killed"})
 _IDENT = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
-_REF_COLUMNS = ("tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name, created_at, "
-                "expires_at")
 
 
 def attachment_document_id(tenant_id: str, principal_id: str, sha256: str) -> uuid.UUID:
@@ -321,7 +319,7 @@ SET attachment_state = 'ingesting',
         ELSE a.attachment_history END
 FROM next
 WHERE a.tenant_id = next.tenant_id AND a.artifact_id = next.artifact_id
-RETURNING {', '.join('a.' + c.strip() for c in _REF_COLUMNS.split(','))}, a.attached_by,
+RETURNING {', '.join('a.' + c.strip() for c in REF_COLUMNS.split(','))}, a.attached_by,
           a.attachment_document_id, a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state,
           next.prev_owner, next.exhausted,
           EXISTS (SELECT 1 FROM knowledge_documents d WHERE d.tenant_id = a.tenant_id

@@ -18,6 +18,7 @@ artifact is never modified or deleted.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -48,9 +49,10 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.normalize import normalize
+from knowledge.retry import RETRY_DELAYS, retry_transient, unavailable
 from knowledge.scan import find_secrets, is_instruction_like
-from knowledge.store.artifacts import ArtifactStore, ref_from_row
-from knowledge.store.db import Connection, Database
+from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, ref_from_row
+from knowledge.store.db import Connection, Database, is_transient
 from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
 
 _log = logging.getLogger(__name__)
@@ -139,7 +141,8 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
 
 #: Fault-injection points (the stress suite and tests use them), called with the step's name inside the
 #: open transaction: "before_write" (after any supersede, before the one writing statement) and
-#: "before_commit".
+#: "before_commit"; and "after_commit", once the transaction committed (a fault there stands for a
+#: COMMIT whose reply was lost).
 FaultHook = Callable[[str, Connection], Awaitable[None]]
 
 
@@ -151,13 +154,17 @@ class Ingestor:
     artifacts: ArtifactStore
     registry: ExtractorRegistry
     fault_hook: FaultHook | None = field(default=None)
+    #: Backoff between attempts after a transient database fault (`knowledge.retry`).
+    retry_delays: tuple[float, ...] = RETRY_DELAYS
 
     async def ingest(self, request: IngestRequest) -> KnowledgeDocument:
         """Run the seven steps; return the committed document or raise `IngestRefused`.
 
         Cancellation: the transaction rolls back and nothing of the attempt remains (the outcome
-        counter is not touched). Other exceptions (database failures) also leave nothing; they
-        are counted as ``failed`` and re-raised.
+        counter is not touched). A transient database fault is retried (`knowledge.retry`: the
+        same document id, and after a COMMIT of unknown outcome the committed version is looked
+        up first); once retries are spent it is `DatabaseUnavailable`. Failures leave nothing;
+        they are counted as ``failed`` and re-raised.
         """
         tenant = request.principal.tenant_id
         try:
@@ -181,17 +188,21 @@ class Ingestor:
     async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
                                 chunker: Chunker | None = None) -> tuple[ArtifactRef, PreparedDocument]:
         """Steps 2-5 for a stored artifact: read, extract, normalize, chunk, scan — refusals typed."""
-        try:
-            source, stream = await self.artifacts.open_read(tenant, artifact_id)
-        except ArtifactNotFound:
-            raise IngestRefused("source_not_found", f"artifact {artifact_id}") from None
-        if sha256 is not None and source.sha256 != sha256:
-            raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
-        try:
-            extractor = self.registry.for_media_type(source.media_type)
-            raw_text = await extractor.extract(stream, source.media_type)
-        except ExtractionRefused as exc:
-            raise IngestRefused(exc.reason, exc.message) from None
+        async def read() -> tuple[ArtifactRef, Any, str]:
+            try:
+                source, stream = await self.artifacts.open_read(tenant, artifact_id)
+            except ArtifactNotFound:
+                raise IngestRefused("source_not_found", f"artifact {artifact_id}") from None
+            if sha256 is not None and source.sha256 != sha256:
+                raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
+            try:
+                extractor = self.registry.for_media_type(source.media_type)
+                return source, extractor, await extractor.extract(stream, source.media_type)
+            except ExtractionRefused as exc:
+                raise IngestRefused(exc.reason, exc.message) from None
+
+        # Reading the source writes nothing: safe to repeat after a database fault.
+        source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.retry_delays)
         await anyio.lowlevel.checkpoint()
         prepared = prepare(raw_text, title, extractor.structure, chunker)
         await anyio.lowlevel.checkpoint()
@@ -263,39 +274,76 @@ class Ingestor:
 
     async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
                       ) -> KnowledgeDocument:
-        tenant = request.principal.tenant_id
+        """Step 7, retried after transient faults (see `knowledge.retry`). Every attempt writes the
+        same document id; an attempt whose COMMIT was sent but not answered is resolved by looking
+        for the version it wrote before anything runs again."""
         document_id = request.replaces or request.document_id or uuid.uuid4()
-        version = 1
+        for delay in (*self.retry_delays, None):
+            attempt = _Attempt()
+            try:
+                return await self._commit_once(request, source, prepared, document_id, attempt)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                fault = exc
+            if attempt.commit_sent:
+                found = await retry_transient(
+                    f"resolving the commit of {document_id}",
+                    functools.partial(self._committed, request, source, document_id, attempt.version),
+                    self.retry_delays)
+                if found is not None:
+                    return found
+            if delay is None:
+                raise unavailable(f"ingest of {document_id}", fault) from fault
+            _log.info("ingest of %s: transient %s; retrying in %.2f s", document_id, type(fault).__name__, delay)
+            await anyio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _commit_once(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
+                           document_id: uuid.UUID, attempt: _Attempt) -> KnowledgeDocument:
+        tenant = request.principal.tenant_id
         async with self.db.transaction() as tx:
             if request.replaces is not None:
-                version = await supersede(tx, tenant, request.replaces, request.principal)
+                attempt.version = await supersede(tx, tenant, request.replaces, request.principal)
             # One statement: the source copy (made inside the server, never re-sent), the document,
             # its chunk set, the event and the outcome counter.
             await self._fault("before_write", tx)
             # One statement writes everything (see _INGEST_SQL): one round trip, whatever the size.
             row = await tx.fetchrow(
-                _INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, version,
+                _INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, attempt.version,
                 request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
                 request.doc_date, request.authority.value, prepared.chunker_version, request.sensitivity.value,
                 len(prepared.chunks), INGESTED_EVENT,
                 json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
                             "source_sha256": source.sha256, "media_type": source.media_type,
                             "instruction_like_chunks": prepared.instruction_like_count}),
-                *_chunk_columns(tenant, document_id, version, prepared)[4:],
+                *_chunk_columns(tenant, document_id, attempt.version, prepared)[4:],
             )
             if row is None or row["artifact_id"] is None:
                 raise IngestRefused("source_not_found", "the source vanished during ingest")
             if row["ingested_at"] is None:
                 raise IngestRefused("document_exists", f"document {document_id} already exists")
-            stored_source = ref_from_row(row)
             await self._fault("before_commit", tx)
-        return KnowledgeDocument(
-            document_id=document_id, tenant_id=tenant, ingested_by_principal_id=request.principal.principal_id,
-            visibility=request.visibility, project_scope=request.project_scope, title=request.title,
-            source_ref=stored_source, media_type=source.media_type, doc_date=request.doc_date,
-            authority=request.authority, version=version, chunker_version=prepared.chunker_version,
-            superseded_by=None, ingested_at=row["ingested_at"], sensitivity=request.sensitivity,
-        )
+            attempt.commit_sent = True  # leaving the block sends COMMIT
+        await self._fault("after_commit", tx)
+        return _document(request, document_id, attempt.version, ref_from_row(row), source.media_type,
+                         prepared.chunker_version, row["ingested_at"])
+
+    async def _committed(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
+                         version: int) -> KnowledgeDocument | None:
+        """The version an attempt wrote, if its COMMIT took effect: same id and version, written by
+        the same principal from a source with the same SHA-256."""
+        row = await self.db.fetchrow(
+            f"""SELECT d.ingested_at, d.chunker_version, {', '.join('a.' + c.strip() for c in REF_COLUMNS.split(','))}
+                FROM knowledge_documents d
+                JOIN artifacts a ON a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id
+                WHERE d.tenant_id = $1 AND d.document_id = $2 AND d.version = $3
+                  AND d.ingested_by_principal_id = $4 AND a.sha256 = $5""",
+            request.principal.tenant_id, document_id, version, request.principal.principal_id, source.sha256)
+        if row is None:
+            return None
+        return _document(request, document_id, version, ref_from_row(row), source.media_type,
+                         row["chunker_version"], row["ingested_at"])
 
     async def _count(self, tenant: str, outcome: str, reason: str) -> None:
         """Count a refusal or failure in its own short transaction; never masks the original error."""
@@ -305,6 +353,25 @@ class Ingestor:
                     await _bump(conn, tenant, outcome, reason)
         except Exception:
             _log.warning("could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
+
+
+@dataclass
+class _Attempt:
+    """What one commit attempt got to: its version number, and whether COMMIT was sent."""
+
+    version: int = 1
+    commit_sent: bool = False
+
+
+def _document(request: IngestRequest, document_id: uuid.UUID, version: int, source_ref: ArtifactRef,
+              media_type: str, chunker_version: str, ingested_at: Any) -> KnowledgeDocument:
+    return KnowledgeDocument(
+        document_id=document_id, tenant_id=request.principal.tenant_id,
+        ingested_by_principal_id=request.principal.principal_id, visibility=request.visibility,
+        project_scope=request.project_scope, title=request.title, source_ref=source_ref, media_type=media_type,
+        doc_date=request.doc_date, authority=request.authority, version=version, chunker_version=chunker_version,
+        superseded_by=None, ingested_at=ingested_at, sensitivity=request.sensitivity,
+    )
 
 
 _OUTCOME_UPSERT = """

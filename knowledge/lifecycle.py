@@ -23,7 +23,8 @@ from pydantic import BaseModel
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import lock_document
 from knowledge.models import Principal
-from knowledge.store.db import Connection, Database
+from knowledge.retry import retry_transient
+from knowledge.store.db import Connection, Database, is_transient
 
 DELETED_EVENT = "knowledge.document.deleted"
 
@@ -67,7 +68,33 @@ ON CONFLICT DO NOTHING
 
 async def delete_document(db: Database, document_id: uuid.UUID, principal: Principal) -> int:
     """Delete every version of ``document_id``; return how many chunks went. Only the principal
-    who ingested it may delete it. Cancellation: the transaction rolls back; nothing is deleted."""
+    who ingested it may delete it. A transient database fault is retried (`knowledge.retry`); a
+    retry that finds the document gone and this principal's deletion event written learns that the
+    earlier attempt's COMMIT took effect. Cancellation: the transaction rolls back; nothing is deleted."""
+    faulted = False
+
+    async def attempt() -> int:
+        nonlocal faulted
+        try:
+            return await _delete_once(db, document_id, principal)
+        except DeleteRefused as refused:
+            if faulted and refused.reason == "document_not_found":
+                chunks = await db.fetchval(
+                    """SELECT (payload->>'chunks')::int FROM knowledge_events
+                       WHERE tenant_id = $1 AND document_id = $2 AND event_type = $3 AND principal_id = $4
+                       ORDER BY event_id DESC LIMIT 1""",
+                    principal.tenant_id, document_id, DELETED_EVENT, principal.principal_id)
+                if chunks is not None:
+                    return int(chunks)
+            raise
+        except Exception as exc:
+            faulted = faulted or is_transient(exc)
+            raise
+
+    return await retry_transient(f"delete of {document_id}", attempt)
+
+
+async def _delete_once(db: Database, document_id: uuid.UUID, principal: Principal) -> int:
     tenant = principal.tenant_id
     async with db.transaction() as tx:
         await lock_document(tx, tenant, document_id)

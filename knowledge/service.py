@@ -13,6 +13,7 @@ closes every connection: nothing outlives the block.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -52,6 +53,7 @@ from knowledge.models import (
     TrustLevel,
     Visibility,
 )
+from knowledge.retry import retry_transient, typed_faults
 from knowledge.search import LexicalArm, Searcher, get_chunk
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
@@ -210,17 +212,22 @@ class KnowledgeService:
         """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within
         its budget. Results carry `TrustLevel.KNOWLEDGE`. Runs as a task of the service (closing the
         service cancels it with `ServiceClosed`); cancelling the caller cancels the query."""
-        return await call_in_group(self._task_group, self.searcher.search, query)
+        return await call_in_group(self._task_group, retry_transient, "search",
+                                   functools.partial(self.searcher.search, query))
 
     async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
         """Resolve a citation (a chunk id) within a tenant: the chunk (whichever version or chunk set
         holds it), a `DeletedChunk` if its document was deleted, or None if it never existed there."""
-        return await get_chunk(self.db, tenant_id, chunk_id) or await deleted_chunk(self.db, tenant_id, chunk_id)
+        async def resolve() -> KnowledgeChunk | DeletedChunk | None:
+            return await get_chunk(self.db, tenant_id, chunk_id) or await deleted_chunk(self.db, tenant_id, chunk_id)
+
+        return await retry_transient("get_chunk", resolve)
 
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
         """Re-chunk a document's live version under another chunker version from its stored
         source (no re-upload); see `Ingestor.rechunk`. Runs as a task of the service."""
-        return await call_in_group(self._task_group, self.ingestor.rechunk, document_id, chunker, principal)
+        return await call_in_group(self._task_group, typed_faults, "rechunk",
+                                   functools.partial(self.ingestor.rechunk, document_id, chunker, principal))
 
     async def delete(self, document_id: UUID, principal: Principal) -> int:
         """Delete every version of a document, its chunks, index rows and postings, and expire its
@@ -236,7 +243,7 @@ class KnowledgeService:
 
     async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
-        return await ingest_stats(self.db, tenant_id)
+        return await retry_transient("ingest_stats", functools.partial(ingest_stats, self.db, tenant_id))
 
     # --- The operator's read-side view (`knowledge.catalog`): tenant-scoped, visibility not applied.
     # --- Read-only; cancellation propagates and leaves no connection checked out.
@@ -244,27 +251,31 @@ class KnowledgeService:
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
                         limit: int | None = None) -> list[catalog.DocumentSummary]:
         """The tenant's live documents, newest first (the operator's listing, not retrieval)."""
-        return await catalog.list_documents(self.db, tenant_id, project=project, ingested_by=ingested_by, limit=limit)
+        return await retry_transient("documents", functools.partial(
+            catalog.list_documents, self.db, tenant_id, project=project, ingested_by=ingested_by, limit=limit))
 
     async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
         """A live document, its source and its live chunks (no text); None if absent or deleted."""
-        return await catalog.document_detail(self.db, tenant_id, document_id)
+        return await retry_transient(
+            "document", functools.partial(catalog.document_detail, self.db, tenant_id, document_id))
 
     async def document_versions(self, document_id: UUID, *, tenant_id: str) -> list[catalog.VersionInfo]:
         """Every version of a document still held, oldest first, with sources and chunk sets."""
-        return await catalog.document_versions(self.db, tenant_id, document_id)
+        return await retry_transient(
+            "document_versions", functools.partial(catalog.document_versions, self.db, tenant_id, document_id))
 
     async def resolve_citation(self, chunk_id: str, *, tenant_id: str) -> catalog.Citation | DeletedChunk | None:
         """A chunk id resolved to its passage, document version and source; `DeletedChunk` if deleted."""
-        return await catalog.resolve_citation(self.db, tenant_id, chunk_id)
+        return await retry_transient(
+            "resolve_citation", functools.partial(catalog.resolve_citation, self.db, tenant_id, chunk_id))
 
     async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
-        return await catalog.corpus_size(self.db, tenant_id)
+        return await retry_transient("corpus_size", functools.partial(catalog.corpus_size, self.db, tenant_id))
 
     async def citation_counts(self, tenant_id: str) -> catalog.CitationCounts | None:
         """Citations counted over the recall traces still retained; None without trace tables."""
-        return await catalog.citation_counts(self.db, tenant_id)
+        return await retry_transient("citation_counts", functools.partial(catalog.citation_counts, self.db, tenant_id))
 
     async def turn(self, request: TurnRequest) -> TurnResult:
         """One turn's knowledge (`knowledge.turn.run_turn`): retrieve under the knowledge class's
@@ -272,12 +283,13 @@ class KnowledgeService:
         ``<knowledge>`` block and commit its trace; the block is returned only with its trace
         committed. Runs as a task of the service (closing it raises `ServiceClosed`); cancelling the
         caller rolls the trace back and returns nothing."""
-        return await call_in_group(self._task_group, run_turn, self.db, self.searcher, request)
+        return await call_in_group(self._task_group, typed_faults, "turn",
+                                   functools.partial(run_turn, self.db, self.searcher, request))
 
     async def trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
         """A turn's `RecallTrace` as stored (beliefs and passages in one record), or None.
         Cancellation: the read is cancelled; nothing to undo."""
-        return await load_trace(self.db, tenant_id, trace_id)
+        return await retry_transient("trace", functools.partial(load_trace, self.db, tenant_id, trace_id))
 
     async def trace_view(
         self, trace_id: UUID, *, tenant_id: str, viewing_ceiling: Sensitivity | str
@@ -285,17 +297,18 @@ class KnowledgeService:
         """A trace as a viewing surface may see it: items above the stricter of the recall and viewing
         ceilings withheld (and counted), deleted passages shown as deleted with their chunk id.
         Cancellation: the reads are cancelled; nothing to undo."""
-        return await view_trace(self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling))
+        return await retry_transient(
+            "trace_view", functools.partial(view_trace, self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling)))
 
     async def check_trace(self, trace_id: UUID, *, tenant_id: str) -> TraceCheck:
         """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash.
         Cancellation: the reads are cancelled; nothing to undo."""
-        return await check_trace(self.db, tenant_id, trace_id)
+        return await retry_transient("check_trace", functools.partial(check_trace, self.db, tenant_id, trace_id))
 
     async def budget_pressure(self, tenant_id: str | None = None, since: date | None = None) -> BudgetPressure:
         """The tracked metric "budget pressure": how often and how much the knowledge class yielded
         (per tenant, or all, from a UTC day). Cancellation: the read is cancelled; nothing to undo."""
-        return await budget_pressure(self.db, tenant_id, since)
+        return await retry_transient("budget_pressure", functools.partial(budget_pressure, self.db, tenant_id, since))
 
     async def prune_traces(self, retention: TraceRetention = TRACE_RETENTION) -> PruneResult:
         """Apply the traces' two-tier retention schedule now (the pruner task does this periodically).
@@ -337,12 +350,14 @@ class KnowledgeService:
 
     async def attachment(self, tenant_id: str, artifact_id: UUID) -> AttachmentStatus | None:
         """An attachment's state, reason, attempts and their history, and its document; None if gone."""
-        return await self.attachment_queue.status(tenant_id, artifact_id)
+        return await retry_transient(
+            "attachment", functools.partial(self.attachment_queue.status, tenant_id, artifact_id))
 
     async def attachment_overview(self, tenant_id: str) -> QueueOverview:
         """A tenant's attachments by state and reason, expired leases and the oldest pending one's age
         (`knowledge.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
-        return await self.attachment_queue.overview(tenant_id)
+        return await retry_transient(
+            "attachment_overview", functools.partial(self.attachment_queue.overview, tenant_id))
 
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation's attachments and, through the deletion cascade, the documents ingested

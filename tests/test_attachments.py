@@ -225,6 +225,7 @@ async def test_a_transient_failure_twice_then_cleared_ends_ingested(service: Kno
                                                                     tenant: str) -> None:
     ref = await upload(service, tenant, markdown("Backup"), "backup.md")
     service.ingestor.fault_hook = Gate("before_commit", fail=2, error=lambda: DatabaseUnavailable(message="down"))
+    service.ingestor.retry_delays = ()  # an outage longer than the service's own retries
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     w = worker(service, tenant)
     assert await w.drain() == 3
@@ -240,6 +241,7 @@ async def test_a_transient_failure_four_times_ends_failed_after_three_retries(se
                                                                              tenant: str) -> None:
     ref = await upload(service, tenant, markdown("Restore"), "restore.md")
     service.ingestor.fault_hook = Gate("before_commit", fail=4, error=lambda: DatabaseUnavailable(message="down"))
+    service.ingestor.retry_delays = ()  # an outage longer than the service's own retries
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     assert await worker(service, tenant).drain() == 4
     failed = await status(service, tenant, ref)

@@ -20,7 +20,7 @@ from knowledge.store.db import Connection, Database, Record
 
 READ_CHUNK_BYTES = 1024 * 1024
 
-_REF_COLUMNS = (
+REF_COLUMNS = (
     "tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name, created_at, expires_at"
 )
 # An artifact past its expiry is gone to readers even before the sweeper reaches it.
@@ -76,7 +76,7 @@ async def insert_artifact(
         f"""INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes,
                                    media_type, file_name, content, expires_at)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-            RETURNING {_REF_COLUMNS}""",
+            RETURNING {REF_COLUMNS}""",
         tenant_id, artifact_id or uuid4(), origin.value, trust.value, hashlib.sha256(content).hexdigest(),
         len(content), media_type, file_name, content, expires_at,
     )
@@ -116,7 +116,7 @@ class ArtifactStore:
     async def get_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
         """The ref of a live artifact; `ArtifactNotFound` if absent, expired or swept."""
         row = await self._db.fetchrow(
-            f"SELECT {_REF_COLUMNS} FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}",
+            f"SELECT {REF_COLUMNS} FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}",
             tenant_id, artifact_id,
         )
         if row is None:
@@ -127,7 +127,7 @@ class ArtifactStore:
         """The ref of a live artifact and a stream of its bytes, the first slice fetched with the
         ref in one query (most sources fit in one slice). `ArtifactNotFound` if absent."""
         row = await self._db.fetchrow(
-            f"""SELECT {_REF_COLUMNS}, substring(content FROM 1 FOR $3) AS head
+            f"""SELECT {REF_COLUMNS}, substring(content FROM 1 FOR $3) AS head
                 FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}""",
             tenant_id, artifact_id, READ_CHUNK_BYTES,
         )

@@ -48,6 +48,9 @@ QueryCanceled = asyncpg.QueryCanceledError
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.InterfaceError,
+    # A backend terminated while its connection sat idle in the pool leaves asyncpg's protocol
+    # consuming the unsolicited error: the next query raises this. The connection is dead.
+    asyncpg.InternalClientError,
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
@@ -56,6 +59,12 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.TooManyConnectionsError,
     DatabaseUnavailable,
 )
+
+#: The transient errors that mean the connection itself is gone (not a conflict between transactions).
+_CONNECTION_LOST: tuple[type[BaseException], ...] = tuple(
+    e for e in TRANSIENT_ERRORS
+    if e not in (asyncpg.SerializationError, asyncpg.DeadlockDetectedError, asyncpg.TooManyConnectionsError,
+                 DatabaseUnavailable))
 
 _CLEANUP_SECONDS = 10.0
 _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -225,6 +234,10 @@ class Database:
             raise DatabaseUnavailable(message=f"cannot acquire a connection: {exc}") from exc
         try:
             yield Connection(raw, self._run)
+        except Exception as exc:
+            if isinstance(exc, _CONNECTION_LOST):
+                raw.terminate()  # never hand a connection that failed this way to the next caller
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 released = False
