@@ -245,3 +245,21 @@ def stop_embedded(data_dir: Path) -> bool:
     with PostgresServer._lock, contextlib.suppress(FileNotFoundError):
         (pgdata / _HANDLES).write_text("[]")
     return True
+
+
+def restart_embedded(data_dir: Path) -> float:
+    """Restart the running server for ``data_dir`` in place (``pg_ctl restart -m fast``: sessions are
+    terminated, in-flight transactions roll back, the same socket and options come back); blocking.
+    For fault injection: holders and their pools are left to reconnect. Returns the seconds taken."""
+    pgdata = pgdata_dir(Path(data_dir).expanduser().resolve())
+    info = _postmaster(pgdata)
+    if info is None or not _is_our_postmaster(info, pgdata):
+        raise EmbeddedServerError(message=f"no embedded server running in {pgdata}")
+    server = PostgresServer(pgdata, cleanup_mode=None)
+    kwargs: dict[str, object] = {"timeout": 60}
+    if server.system_user:
+        kwargs["user"] = server.system_user
+    began = time.perf_counter()
+    pgexec("pg_ctl", ("-w", "-D", str(pgdata), "-m", "fast", "-l", str(pgdata / "restart.log"), "restart"),
+           bin_path=BIN, **kwargs)
+    return time.perf_counter() - began

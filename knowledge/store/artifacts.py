@@ -16,7 +16,8 @@ from uuid import UUID, uuid4
 
 from knowledge.errors import ArtifactError, ArtifactNotFound, ArtifactTooLarge
 from knowledge.models import ArtifactOrigin, ArtifactRef, TrustLevel
-from knowledge.store.db import Connection, Database, Record
+from knowledge.retry import retry_transient
+from knowledge.store.db import Connection, Database, Record, UniqueViolation, is_transient
 
 READ_CHUNK_BYTES = 1024 * 1024
 
@@ -104,14 +105,31 @@ class ArtifactStore:
     ) -> ArtifactRef:
         """Store ``data`` and return its ref. Refuses above ``max_bytes`` (`ArtifactTooLarge`).
 
+        A transient database fault is retried with the same artifact id (`knowledge.retry`): after a
+        COMMIT of unknown outcome, the retry finds the artifact already there and returns it.
         Cancellation: either the artifact was committed or nothing was written.
         """
         content = await collect_bytes(data, self.max_bytes)
-        async with self._db.connection() as conn:
-            return await insert_artifact(
-                conn, tenant_id, content, media_type=media_type, origin=origin, trust=trust,
-                file_name=file_name, expires_at=expires_at,
-            )
+        artifact_id = uuid4()
+        faulted = False
+
+        async def attempt() -> ArtifactRef:
+            nonlocal faulted
+            try:
+                async with self._db.connection() as conn:
+                    return await insert_artifact(
+                        conn, tenant_id, content, media_type=media_type, origin=origin, trust=trust,
+                        file_name=file_name, expires_at=expires_at, artifact_id=artifact_id,
+                    )
+            except UniqueViolation:
+                if faulted:  # an earlier attempt's COMMIT took effect
+                    return await self.get_ref(tenant_id, artifact_id)
+                raise
+            except Exception as exc:
+                faulted = faulted or is_transient(exc)
+                raise
+
+        return await retry_transient(f"storing an artifact of {tenant_id}", attempt)
 
     async def get_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
         """The ref of a live artifact; `ArtifactNotFound` if absent, expired or swept."""

@@ -1,0 +1,332 @@
+"""The invariant audit: what must hold after any run, however it was loaded or faulted.
+
+Shared by `scripts/stress_service.py` and the tests. Four parts:
+
+1. **Leaks** (`AccessModel`): every search result a run received was admissible for its principal
+   at that moment, checked against an in-memory model of who may see what that the driver keeps as
+   it acts — tenant, visibility (principal: the ingesting principal only; project: that project
+   only; tenant: everyone in the tenant), the surface's sensitivity ceiling, and time: a passage of
+   a document whose deletion was acknowledged before the search began, or of a version whose
+   successor was acknowledged before it began, is a leak. Operations whose outcome the caller
+   never learned (cancelled, or failed mid-way) count as possibly done.
+2. **Storage** (`audit_storage`, SQL): every live document version has its chunk set with all its
+   chunks, an index row per chunk, its postings, its live ``KNOWLEDGE_SOURCE`` artifact and its
+   ingest event; no posting, source artifact or chunk belongs to nothing; tenant term statistics
+   equal a fresh recount; no document the model knows as refused or deleted exists; every
+   acknowledged ingest that was not deleted is there.
+3. **Attachments** (`audit_attachments`): no attachment left pending or ingesting once the queue
+   drained, none ingested twice, none lost.
+4. **Leftovers** (`leftover_processes`, `leftover_connections`, `leftover_tasks`): after the
+   service closed, no child process, no database session of its application name, no task.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import sniffio
+
+from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity, Visibility
+from knowledge.store.db import Connection, Database
+
+# --- 1. Leaks ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DocumentFacts:
+    """What the driver knows of one document id: fixed at its first ingest."""
+
+    tenant_id: str
+    owner: str
+    visibility: Visibility
+    project_scope: str | None
+    sensitivity: Sensitivity
+    #: version -> its chunk ids (empty when the driver could not read them)
+    chunks: dict[int, set[str]] = field(default_factory=dict)
+    #: version -> when its ingest was acknowledged (monotonic seconds); absent: unknown or never
+    acked_at: dict[int, float] = field(default_factory=dict)
+    deleted_at: float | None = None  # the delete's acknowledgement
+    refused: bool = False  # its first ingest was refused: it must not exist
+    uncertain: bool = False  # some operation on it has an unknown outcome
+
+
+@dataclass
+class SearchRecord:
+    query: KnowledgeQuery
+    started: float
+    ended: float
+    passages: list[tuple[str, uuid.UUID]]  # (chunk id, document id)
+
+
+@dataclass
+class Leak:
+    chunk_id: str
+    document_id: uuid.UUID
+    principal_id: str
+    why: str
+
+
+@dataclass
+class AccessModel:
+    """The driver's record of documents and of the searches it ran (see the module docstring)."""
+
+    documents: dict[uuid.UUID, DocumentFacts] = field(default_factory=dict)
+    searches: list[SearchRecord] = field(default_factory=list)
+    checked: int = 0  # search results checked so far
+
+    def document(self, document_id: uuid.UUID, facts: DocumentFacts) -> DocumentFacts:
+        return self.documents.setdefault(document_id, facts)
+
+    def record_search(self, query: KnowledgeQuery, started: float, ended: float,
+                      passages: list[RetrievedPassage]) -> None:
+        self.searches.append(SearchRecord(query, started, ended, [(p.chunk_id, p.document_id) for p in passages]))
+
+    def leaks(self) -> list[Leak]:
+        """Check every recorded search result; the records checked are dropped (so a periodic audit
+        during a run stays cheap), and the count kept in ``checked``."""
+        found: list[Leak] = []
+        for search in self.searches:
+            for chunk_id, document_id in search.passages:
+                self.checked += 1
+                why = self._inadmissible(search, chunk_id, document_id)
+                if why:
+                    found.append(Leak(chunk_id, document_id, search.query.principal_id, why))
+        self.searches.clear()
+        return found
+
+    def _inadmissible(self, search: SearchRecord, chunk_id: str, document_id: uuid.UUID) -> str | None:
+        q = search.query
+        doc = self.documents.get(document_id)
+        if doc is None:
+            return "a document the run never ingested"
+        if doc.tenant_id != q.tenant_id:
+            return f"cross-tenant: document of {doc.tenant_id} returned to {q.tenant_id}"
+        if doc.visibility is Visibility.PRINCIPAL and doc.owner != q.principal_id:
+            return f"principal visibility: {doc.owner}'s document returned to {q.principal_id}"
+        if doc.visibility is Visibility.PROJECT and doc.project_scope != q.current_scope:
+            return f"project visibility: project {doc.project_scope} returned in scope {q.current_scope}"
+        if doc.sensitivity > q.sensitivity_ceiling:
+            return f"sensitivity {doc.sensitivity} above the ceiling {q.sensitivity_ceiling}"
+        if doc.refused and not doc.uncertain:
+            return "a refused document"
+        if doc.deleted_at is not None and doc.deleted_at < search.started:
+            return "deleted before the search began"
+        version = next((v for v, ids in doc.chunks.items() if chunk_id in ids), None)
+        if version is not None:
+            successor = doc.acked_at.get(version + 1)
+            if successor is not None and successor < search.started:
+                return f"version {version} superseded before the search began"
+        return None
+
+
+# --- 2. Storage ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StorageAudit:
+    live_documents: int = 0
+    partial: list[str] = field(default_factory=list)  # a live version missing part of itself
+    orphans: list[str] = field(default_factory=list)  # rows that belong to nothing
+    statistics: list[str] = field(default_factory=list)  # term statistics that differ from a recount
+    model: list[str] = field(default_factory=list)  # what the driver knows disagrees with the store
+
+    @property
+    def ok(self) -> bool:
+        return not (self.partial or self.orphans or self.statistics or self.model)
+
+
+_PARTIAL = """
+SELECT d.tenant_id, d.document_id, d.version,
+       s.chunk_count,
+       (SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = d.tenant_id AND c.document_id = d.document_id
+          AND c.version = d.version AND c.chunker_version = d.chunker_version) AS chunks,
+       (SELECT count(*) FROM knowledge_chunk_index i JOIN knowledge_chunks c
+          ON c.tenant_id = i.tenant_id AND c.chunk_id = i.chunk_id
+        WHERE c.tenant_id = d.tenant_id AND c.document_id = d.document_id AND c.version = d.version
+          AND c.chunker_version = d.chunker_version) AS index_rows,
+       (SELECT a.origin = 'KNOWLEDGE_SOURCE' AND a.expires_at IS NULL FROM artifacts a
+        WHERE a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id) AS source_ok,
+       EXISTS (SELECT 1 FROM knowledge_events e WHERE e.tenant_id = d.tenant_id AND e.document_id = d.document_id
+               AND e.version = d.version AND e.event_type = 'knowledge.document.ingested') AS event_ok
+FROM knowledge_documents d
+LEFT JOIN knowledge_chunk_sets s ON s.tenant_id = d.tenant_id AND s.document_id = d.document_id
+     AND s.version = d.version AND s.chunker_version = d.chunker_version
+WHERE d.valid_to IS NULL AND ($1::text[] IS NULL OR d.tenant_id = ANY($1))
+"""
+
+# Postings must be exactly the lexemes of the index rows: counted both ways per tenant.
+_POSTINGS = """
+SELECT t.tenant_id,
+       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id) AS postings,
+       (SELECT coalesce(sum(length(i.tsv)), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id)
+           AS lexemes,
+       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id AND NOT EXISTS (
+            SELECT 1 FROM knowledge_chunk_index i WHERE i.tenant_id = p.tenant_id AND i.chunk_id = p.chunk_id))
+           AS orphan_postings,
+       (SELECT coalesce(sum(chunks), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_chunks,
+       (SELECT coalesce(sum(total_dl), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_dl,
+       (SELECT count(*) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS chunks,
+       (SELECT coalesce(sum(dl), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS dl
+FROM (SELECT DISTINCT tenant_id FROM knowledge_postings UNION SELECT DISTINCT tenant_id FROM knowledge_chunk_index
+      UNION SELECT DISTINCT tenant_id FROM knowledge_tenant_stats) t
+WHERE $1::text[] IS NULL OR t.tenant_id = ANY($1)
+"""
+
+_ORPHAN_SOURCES = """
+SELECT a.tenant_id, a.artifact_id FROM artifacts a
+WHERE a.origin = 'KNOWLEDGE_SOURCE' AND a.expires_at IS NULL AND ($1::text[] IS NULL OR a.tenant_id = ANY($1))
+  AND NOT EXISTS (SELECT 1 FROM knowledge_documents d
+                  WHERE d.tenant_id = a.tenant_id AND d.source_artifact_id = a.artifact_id)
+"""
+
+_ORPHAN_SETS = """
+SELECT s.tenant_id, s.document_id, s.version, s.chunker_version, s.chunk_count,
+       (SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = s.tenant_id AND c.document_id = s.document_id
+          AND c.version = s.version AND c.chunker_version = s.chunker_version) AS chunks
+FROM knowledge_chunk_sets s WHERE $1::text[] IS NULL OR s.tenant_id = ANY($1)
+"""
+
+
+async def audit_storage(conn: Connection | Database, model: AccessModel | None = None,
+                        tenants: list[str] | None = None) -> StorageAudit:
+    """Check the store (see the module docstring), for ``tenants`` or all; read-only. With a model,
+    also what the model knows: refused and deleted documents absent, acknowledged ones present."""
+    audit = StorageAudit()
+    for r in await conn.fetch(_PARTIAL, tenants):
+        audit.live_documents += 1
+        name = f"{r['tenant_id']}/{r['document_id']} v{r['version']}"
+        missing = [what for what, bad in (
+            ("its chunk set", r["chunk_count"] is None),
+            (f"chunks ({r['chunks']} of {r['chunk_count']})", r["chunk_count"] is not None
+             and r["chunks"] != r["chunk_count"]),
+            (f"index rows ({r['index_rows']} of {r['chunks']})", r["index_rows"] != r["chunks"]),
+            ("its live source artifact", not r["source_ok"]),
+            ("its ingest event", not r["event_ok"])) if bad]
+        if missing:
+            audit.partial.append(f"{name} lacks {', '.join(missing)}")
+    for r in await conn.fetch(_ORPHAN_SETS, tenants):
+        if r["chunks"] != r["chunk_count"]:
+            audit.partial.append(f"chunk set {r['tenant_id']}/{r['document_id']} v{r['version']} "
+                                 f"{r['chunker_version']}: {r['chunks']} of {r['chunk_count']} chunks")
+    for r in await conn.fetch(_ORPHAN_SOURCES, tenants):
+        audit.orphans.append(f"source artifact {r['tenant_id']}/{r['artifact_id']} of no document")
+    for r in await conn.fetch(_POSTINGS, tenants):
+        t = r["tenant_id"]
+        if r["orphan_postings"]:
+            audit.orphans.append(f"{r['orphan_postings']} postings of {t} belong to no index row")
+        if r["postings"] != r["lexemes"]:
+            audit.statistics.append(f"{t}: {r['postings']} postings for {r['lexemes']} indexed lexemes")
+        if (r["stat_chunks"], r["stat_dl"]) != (r["chunks"], r["dl"]):
+            audit.statistics.append(f"{t}: statistics say {r['stat_chunks']} chunks / {r['stat_dl']} length, "
+                                    f"a recount {r['chunks']} / {r['dl']}")
+    if model is not None:
+        await _audit_model(conn, model, audit)
+    return audit
+
+
+async def _audit_model(conn: Connection | Database, model: AccessModel, audit: StorageAudit) -> None:
+    ids = list(model.documents)
+    rows = await conn.fetch(
+        "SELECT tenant_id, document_id, version FROM knowledge_documents WHERE document_id = ANY($1::uuid[])", ids)
+    stored: dict[uuid.UUID, set[int]] = {}
+    for r in rows:
+        stored.setdefault(r["document_id"], set()).add(int(r["version"]))
+    for document_id, doc in model.documents.items():
+        versions = stored.get(document_id, set())
+        if doc.uncertain:
+            continue
+        if doc.refused and versions:
+            audit.model.append(f"refused document {document_id} exists")
+        elif doc.deleted_at is not None and versions:
+            audit.model.append(f"deleted document {document_id} still has versions {sorted(versions)}")
+        elif doc.deleted_at is None:
+            lost = sorted(set(doc.acked_at) - versions)
+            if lost:
+                audit.model.append(f"acknowledged versions {lost} of {document_id} are gone")
+
+
+# --- 3. Attachments ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttachmentAudit:
+    marked: int = 0
+    unsettled: list[str] = field(default_factory=list)  # still pending or ingesting
+    twice: list[str] = field(default_factory=list)  # ingested more than once
+    lost: list[str] = field(default_factory=list)  # marked, yet neither settled nor in the store
+
+    @property
+    def ok(self) -> bool:
+        return not (self.unsettled or self.twice or self.lost)
+
+
+async def audit_attachments(conn: Connection | Database, marked: dict[uuid.UUID, str]) -> AttachmentAudit:
+    """``marked``: artifact id -> tenant of every attachment the run saw marked pending."""
+    audit = AttachmentAudit(marked=len(marked))
+    rows = await conn.fetch(
+        """SELECT tenant_id, artifact_id, attachment_state AS state, attachment_history::text AS history
+           FROM artifacts WHERE artifact_id = ANY($1::uuid[])""", list(marked))
+    seen = {r["artifact_id"]: r for r in rows}
+    for artifact_id, tenant in marked.items():
+        r = seen.get(artifact_id)
+        if r is None or r["tenant_id"] != tenant:
+            audit.lost.append(f"{tenant}/{artifact_id}")
+            continue
+        if r["state"] in ("pending", "ingesting"):
+            audit.unsettled.append(f"{tenant}/{artifact_id} {r['state']}")
+        if sum(h.get("outcome") == "ingested" for h in json.loads(r["history"] or "[]")) > 1:
+            audit.twice.append(f"{tenant}/{artifact_id}")
+    return audit
+
+
+# --- 4. Leftovers --------------------------------------------------------------------------------------------
+
+
+def leftover_processes() -> list[str]:
+    """Child processes of this process still alive (the embedded server is not a child)."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{child.pid} {' '.join(child.cmdline())[:80]}")
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+async def leftover_connections(conn: Connection, application_name: str) -> int:
+    """Database sessions of ``application_name`` other than ``conn``'s own."""
+    return int(await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()",
+        application_name))
+
+
+def leftover_tasks() -> int:
+    """Tasks still running besides the caller and its ancestors (asyncio: every other task; trio:
+    every task under the root task outside the caller's chain)."""
+    if sniffio.current_async_library() == "asyncio":
+        import asyncio
+
+        return len(asyncio.all_tasks() - {asyncio.current_task()})
+    import trio
+
+    current = trio.lowlevel.current_task()
+    chain: set[Any] = set()
+    task: Any = current
+    while task is not None:
+        chain.add(task)
+        nursery = task.parent_nursery
+        task = nursery.parent_task if nursery is not None else None
+    count = 0
+    stack: list[Any] = [trio.lowlevel.current_root_task()]
+    while stack:
+        task = stack.pop()
+        if task not in chain:
+            count += 1
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return count
