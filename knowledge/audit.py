@@ -307,25 +307,27 @@ async def leftover_connections(conn: Connection, application_name: str) -> int:
 
 def leftover_tasks() -> int:
     """Tasks still running besides the caller and its ancestors (asyncio: every other task; trio:
-    every task under the root task outside the caller's chain)."""
+    every task under the run's main task outside the caller's chain; trio's system tasks aside)."""
     if sniffio.current_async_library() == "asyncio":
         import asyncio
 
         return len(asyncio.all_tasks() - {asyncio.current_task()})
     import trio
 
-    current = trio.lowlevel.current_task()
-    chain: set[Any] = set()
-    task: Any = current
+    chain: list[Any] = []
+    task: Any = trio.lowlevel.current_task()
     while task is not None:
-        chain.add(task)
+        chain.append(task)
         nursery = task.parent_nursery
         task = nursery.parent_task if nursery is not None else None
+    # chain[-1] is trio's <init> task with its system tasks; the run's main task is just below it.
+    main = chain[-2] if len(chain) > 1 else chain[-1]
+    ancestry = set(chain)
     count = 0
-    stack: list[Any] = [trio.lowlevel.current_root_task()]
+    stack: list[Any] = [main]
     while stack:
         task = stack.pop()
-        if task not in chain:
+        if task not in ancestry:
             count += 1
         for nursery in task.child_nurseries:
             stack.extend(nursery.child_tasks)

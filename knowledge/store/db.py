@@ -116,9 +116,21 @@ async def open_bridge() -> AsyncIterator[Bridge]:
         return
     held = HeldError()  # the block's own exception leaves unwrapped by the loop's nurseries
     async with trio_asyncio.open_loop() as loop:
+        loop.set_exception_handler(_log_loop_error)
         with held:
             yield Bridge(loop)
     held.reraise()
+
+
+def _log_loop_error(loop: Any, context: dict[str, Any]) -> None:
+    """The exception handler of the trio-asyncio loop this module opens. trio-asyncio's default
+    raises whatever reaches the handler into the loop's nursery, which would take the whole service
+    down — and asyncpg reports there what is only worth a log line: "Resetting connection with an
+    active transaction" when a connection whose backend was terminated is released, or a release
+    that failed after its caller stopped waiting. Logged, as plain asyncio would."""
+    exception = context.get("exception")
+    _log.warning("asyncio loop: %s", context.get("message") or "unhandled error",
+                 exc_info=(type(exception), exception, exception.__traceback__) if exception else None)
 
 
 class Connection:
