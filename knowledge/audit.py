@@ -16,8 +16,9 @@ Shared by `scripts/stress_service.py` and the tests. Four parts:
    acknowledged ingest that was not deleted is there.
 3. **Attachments** (`audit_attachments`): no attachment left pending or ingesting once the queue
    drained, none ingested twice, none lost.
-4. **Leftovers** (`leftover_processes`, `leftover_connections`, `leftover_tasks`): after the
-   service closed, no child process, no database session of its application name, no task.
+4. **Leftovers** (`leftover_processes`, `leftover_connections`, `leftover_tasks` against a
+   `running_tasks` snapshot): after the service closed, no child process, no database session of
+   its application name, no task.
 """
 
 from __future__ import annotations
@@ -305,13 +306,14 @@ async def leftover_connections(conn: Connection, application_name: str) -> int:
         application_name))
 
 
-def leftover_tasks() -> int:
-    """Tasks still running besides the caller and its ancestors (asyncio: every other task; trio:
-    every task under the run's main task outside the caller's chain; trio's system tasks aside)."""
+def running_tasks() -> set[Any]:
+    """Every task of this run other than the caller and its ancestors (asyncio: all other tasks;
+    trio: the tasks under the run's main task outside the caller's chain; trio's system tasks aside).
+    Take it before and after: what is new afterwards was left behind."""
     if sniffio.current_async_library() == "asyncio":
         import asyncio
 
-        return len(asyncio.all_tasks() - {asyncio.current_task()})
+        return set(asyncio.all_tasks()) - {asyncio.current_task()}
     import trio
 
     chain: list[Any] = []
@@ -323,12 +325,17 @@ def leftover_tasks() -> int:
     # chain[-1] is trio's <init> task with its system tasks; the run's main task is just below it.
     main = chain[-2] if len(chain) > 1 else chain[-1]
     ancestry = set(chain)
-    count = 0
+    found: set[Any] = set()
     stack: list[Any] = [main]
     while stack:
         task = stack.pop()
         if task not in ancestry:
-            count += 1
+            found.add(task)
         for nursery in task.child_nurseries:
             stack.extend(nursery.child_tasks)
-    return count
+    return found
+
+
+def leftover_tasks(before: set[Any]) -> int:
+    """Tasks running now that were not running at ``before`` (a `running_tasks` snapshot)."""
+    return len(running_tasks() - before)

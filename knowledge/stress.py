@@ -45,6 +45,7 @@ from knowledge.audit import (
     leftover_connections,
     leftover_processes,
     leftover_tasks,
+    running_tasks,
 )
 from knowledge.config import Settings
 from knowledge.errors import KnowledgeError
@@ -356,27 +357,32 @@ class Driver:
             if not isinstance(ref, ArtifactRef):
                 continue
             actor: Any = SurfaceActor(tenant_id=tenant, surface_id="bridge") if self.random.random() < 0.1 else owner
+            if actor is owner:  # what the document would be, known before the mark can take effect
+                facts = self.model.document(
+                    attachment_document_id(tenant, owner.principal_id, ref.sha256),
+                    DocumentFacts(tenant, owner.principal_id, Visibility.PRINCIPAL, None, Sensitivity.INTERNAL))
+                facts.uncertain = True  # settled by the workers; checked for leaks, not for presence
             conversation = f"conv-{self.random.randrange(20)}"
-            _, marks = await self.timed("mark", lambda: self.svc.mark_attachments(
+            outcome, marks = await self.timed("mark", lambda: self.svc.mark_attachments(
                 actor, [ref.artifact_id], conversation_id=conversation))
             if not isinstance(marks, list):
+                if outcome == "cancelled" or outcome.startswith("DatabaseUnavailable"):
+                    self.marked[ref.artifact_id] = tenant  # perhaps marked: it must settle like the others
                 continue
             for mark in marks:
                 if mark.state is not None and mark.state.value == "pending":
                     if isinstance(actor, SurfaceActor):
                         self.tally.untyped.append(f"a surface message marked {mark.artifact_id} pending")
                     self.marked[mark.artifact_id] = tenant
-                    document_id = attachment_document_id(tenant, owner.principal_id, ref.sha256)
-                    facts = self.model.document(document_id, DocumentFacts(
-                        tenant, owner.principal_id, Visibility.PRINCIPAL, None, Sensitivity.INTERNAL))
-                    facts.uncertain = True  # settled by the workers; checked for leaks, not for presence
 
     async def injector(self) -> None:
         low, high = self.options.fault_every
         last_restart = 0.0
+        first = ["terminate", "restart", "kill_parsers"]  # each kind at least once, then at random
         while self.until_deadline():
             await anyio.sleep(self.random.uniform(low, high))
-            choice = self.random.choice(("terminate", "terminate", "kill_parsers", "restart"))
+            choice = first.pop(0) if first else self.random.choice(("terminate", "terminate", "kill_parsers",
+                                                                    "restart"))
             if choice == "restart" and (self.svc.embedded_server is None or self.clock() - last_restart < 8):
                 choice = "terminate"
             with contextlib.suppress(Exception):
@@ -468,6 +474,7 @@ async def run_stress(options: StressOptions) -> StressReport:
     are cancelled and closed; nothing is reported."""
     corpus = Corpus.load(options.corpus)
     application_name = f"knowledge-stress-{uuid.uuid4().hex[:8]}"
+    tasks_before = running_tasks()
     async with _data_dir(options) as data_dir:
         began = time.monotonic()
         async with KnowledgeService.open(_settings(options, data_dir, application_name)) as svc:
@@ -482,7 +489,7 @@ async def run_stress(options: StressOptions) -> StressReport:
             dsn = svc.db.dsn
         rss_end = psutil.Process().memory_info().rss
         processes = leftover_processes()
-        tasks = leftover_tasks()
+        tasks = leftover_tasks(tasks_before)
         async with open_bridge() as bridge, connect_once(dsn, bridge) as conn:
             connections = await leftover_connections(conn, application_name)
     mb = 1024 * 1024
