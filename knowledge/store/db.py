@@ -248,7 +248,8 @@ class Database:
             yield Connection(raw, self._run)
         except Exception as exc:
             if isinstance(exc, _CONNECTION_LOST):
-                raw.terminate()  # never hand a connection that failed this way to the next caller
+                with _quiet():  # the pool may have detached it already
+                    raw.terminate()  # never hand a connection that failed this way to the next caller
             raise
         finally:
             with anyio.CancelScope(shield=True):
