@@ -58,6 +58,7 @@ from knowledge.models import (
     TrustLevel,
     Visibility,
 )
+from knowledge.retry import retry_transient
 from knowledge.service import KnowledgeService
 from knowledge.store.db import connect_once, open_bridge
 from supervisors.embedded_pg import restart_embedded, stop_embedded
@@ -417,8 +418,9 @@ class Driver:
     async def audit_now(self) -> None:
         leaks = self.model.leaks()
         self.audit_problems += [f"leak: {leak.why} ({leak.chunk_id} to {leak.principal_id})" for leak in leaks]
-        with contextlib.suppress(KnowledgeError):
-            storage = await audit_storage(self.svc.db, None, self.tenants)
+        with contextlib.suppress(KnowledgeError):  # the database may be mid-restart: audit next time
+            storage = await retry_transient("periodic audit", functools.partial(
+                audit_storage, self.svc.db, None, self.tenants))
             self.audit_problems += storage.partial + storage.orphans + storage.statistics
 
     async def run(self) -> None:
