@@ -43,8 +43,8 @@ from knowledge.errors import KnowledgeError
 from knowledge.ingest import lock_document
 from knowledge.lifecycle import withdraw_unreferenced
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
-from knowledge.store.artifacts import REF_COLUMNS, collect_bytes, insert_artifact, ref_from_row
-from knowledge.store.db import Database, Record
+from knowledge.store.artifacts import REF_COLUMNS, collect_bytes, insert_artifact, ref_from_row, store_retrying
+from knowledge.store.db import Connection, Database, Record
 from parsers.base import base_media_type
 
 WRITE_SCOPE = "knowledge.write"
@@ -169,16 +169,21 @@ async def upload_attachment(db: Database, inspect: Inspect, tenant_id: str, data
                             expires_at: datetime | None = None) -> ArtifactRef:
     """Store a chat attachment: an ``UPLOAD`` artifact, trust ``EXTERNAL_UNTRUSTED``. A PDF is
     inspected first (`inspection_marker`, 10 s) and the marker is stored with it, in one
-    transaction. Raises `ArtifactTooLarge` above ``max_bytes``. Cancellation: nothing is stored."""
+    transaction (retried after a transient fault, `store_retrying`). Raises `ArtifactTooLarge` above
+    ``max_bytes``. Cancellation: nothing is stored."""
     content = await collect_bytes(data, max_bytes)
     marker = await inspection_marker(inspect, content) if base_media_type(media_type) == PDF else None
-    async with db.transaction() as tx:
+
+    async def write(tx: Connection, artifact_id: uuid.UUID) -> ArtifactRef:
         ref = await insert_artifact(tx, tenant_id, content, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
-                                    trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=file_name, expires_at=expires_at)
+                                    trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=file_name, expires_at=expires_at,
+                                    artifact_id=artifact_id)
         if marker is not None:
             await tx.execute("UPDATE artifacts SET inspection = $3::jsonb WHERE tenant_id = $1 AND artifact_id = $2",
                              tenant_id, ref.artifact_id, json.dumps(marker))
-    return ref
+        return ref
+
+    return await store_retrying(db, tenant_id, write)  # transient faults retried, the inspection not repeated
 
 
 def _decide(actor: MessageActor, row: Record, media_types: set[str]) -> tuple[AttachmentState | None, str | None]:

@@ -16,8 +16,11 @@ What is retried, and why that is safe:
   COMMIT and the outcome is unknown. Then `knowledge.ingest` looks for the document version it was
   writing (same id, same version, same source SHA-256, same principal): found, the ingest succeeded
   and its document is returned; not found, it rolled back and runs again.
-- **Delete**: likewise; after an unknown COMMIT outcome, a document that is gone with its tombstones
-  written was deleted by this call.
+- **Artifact puts and attachment uploads**: the same new artifact id every attempt; a retry that
+  finds it taken returns the artifact an earlier attempt committed.
+- **Attachment marking**: idempotent by design (a mark that took effect reads ``already_marked``).
+- **Delete**: after an unknown COMMIT outcome, a retry that finds the document gone and this
+  principal's deletion event written reports that deletion.
 
 Not retried, but typed: a turn (its trace commit would count budget pressure twice) and a re-chunk
 (a second attempt after an unknown COMMIT would be refused ``already_chunked``).

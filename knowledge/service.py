@@ -332,7 +332,7 @@ class KnowledgeService:
         a PDF gets upload inspection first (the parser pool's 10 s ``inspect``) and its marker is kept on
         the artifact. Raises `ArtifactTooLarge`. Cancellation: the inspection's child is killed and
         reaped, and nothing is stored."""
-        return await typed_faults("upload_attachment", functools.partial(
+        return await typed_faults("upload_attachment", functools.partial(  # retries inside, past the inspection
             upload_attachment, self.db, self.parser_pool.inspect, tenant_id, data, media_type=media_type,
             file_name=file_name, max_bytes=self.settings.max_artifact_bytes, expires_at=expires_at))
 
@@ -342,8 +342,8 @@ class KnowledgeService:
         is recorded with the conversation and marked ``pending`` only if ``actor`` is the principal
         holding ``knowledge.write`` and its media type is supported; this process's attachment workers
         are woken. Cancellation: nothing is marked."""
-        marks = await typed_faults("mark_attachments", functools.partial(
-            mark_attachments, self.db, actor, artifact_ids, conversation_id=conversation_id,
+        marks = await retry_transient("mark_attachments", functools.partial(  # idempotent
+            mark_attachments, self.db, actor, list(artifact_ids), conversation_id=conversation_id,
             media_types=self.extractors.media_types()))
         if self.maintenance is not None:
             self.maintenance.wake()

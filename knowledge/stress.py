@@ -351,8 +351,8 @@ class Driver:
                 data, media_type, kind = self.random.choice(self.sent[tenant]), "text/markdown", "resent"
             else:
                 data, media_type, kind = self.source()
-                if media_type == "text/markdown":
-                    self.sent[tenant].append(data)
+                if media_type == "text/markdown":  # a few to send again, not every one (RSS stays the service's)
+                    self.sent[tenant] = [*self.sent[tenant][-19:], data]
             _, ref = await self.timed("upload", lambda: self.svc.upload_attachment(
                 tenant, data, media_type=media_type, file_name=f"{kind}.{media_type.rsplit('/', 1)[-1]}"))
             if not isinstance(ref, ArtifactRef):

@@ -9,7 +9,7 @@ its expiry and attachment marks change. The sweeper deletes expired artifacts, b
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -85,6 +85,35 @@ async def insert_artifact(
     return ref_from_row(row)
 
 
+async def store_retrying(db: Database, tenant_id: str,
+                         write: Callable[[Connection, UUID], Awaitable[ArtifactRef]]) -> ArtifactRef:
+    """Run ``write(tx, artifact_id)`` (which inserts that artifact) in a transaction, retrying
+    transient faults with the same new artifact id (`knowledge.retry`): after a COMMIT of unknown
+    outcome, a retry that finds the id taken returns the artifact already stored. Cancellation:
+    either the artifact was committed or nothing was written."""
+    artifact_id = uuid4()
+    faulted = False
+
+    async def attempt() -> ArtifactRef:
+        nonlocal faulted
+        try:
+            async with db.transaction() as tx:
+                return await write(tx, artifact_id)
+        except UniqueViolation:
+            if not faulted:
+                raise
+            row = await db.fetchrow(f"SELECT {REF_COLUMNS} FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2",
+                                    tenant_id, artifact_id)
+            if row is None:
+                raise
+            return ref_from_row(row)
+        except Exception as exc:
+            faulted = faulted or is_transient(exc)
+            raise
+
+    return await retry_transient(f"storing an artifact of {tenant_id}", attempt)
+
+
 class ArtifactStore:
     """Put, read back, expire and sweep artifacts. Every method is tenant-scoped."""
 
@@ -105,31 +134,16 @@ class ArtifactStore:
     ) -> ArtifactRef:
         """Store ``data`` and return its ref. Refuses above ``max_bytes`` (`ArtifactTooLarge`).
 
-        A transient database fault is retried with the same artifact id (`knowledge.retry`): after a
-        COMMIT of unknown outcome, the retry finds the artifact already there and returns it.
+        A transient database fault is retried with the same artifact id (`store_retrying`).
         Cancellation: either the artifact was committed or nothing was written.
         """
         content = await collect_bytes(data, self.max_bytes)
-        artifact_id = uuid4()
-        faulted = False
 
-        async def attempt() -> ArtifactRef:
-            nonlocal faulted
-            try:
-                async with self._db.connection() as conn:
-                    return await insert_artifact(
-                        conn, tenant_id, content, media_type=media_type, origin=origin, trust=trust,
-                        file_name=file_name, expires_at=expires_at, artifact_id=artifact_id,
-                    )
-            except UniqueViolation:
-                if faulted:  # an earlier attempt's COMMIT took effect
-                    return await self.get_ref(tenant_id, artifact_id)
-                raise
-            except Exception as exc:
-                faulted = faulted or is_transient(exc)
-                raise
+        async def write(tx: Connection, artifact_id: UUID) -> ArtifactRef:
+            return await insert_artifact(tx, tenant_id, content, media_type=media_type, origin=origin, trust=trust,
+                                         file_name=file_name, expires_at=expires_at, artifact_id=artifact_id)
 
-        return await retry_transient(f"storing an artifact of {tenant_id}", attempt)
+        return await store_retrying(self._db, tenant_id, write)
 
     async def get_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
         """The ref of a live artifact; `ArtifactNotFound` if absent, expired or swept."""
