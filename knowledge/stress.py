@@ -127,10 +127,19 @@ class Tally:
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     untyped: list[str] = field(default_factory=list)  # exceptions that were not KnowledgeErrors
     faults: Counter[str] = field(default_factory=Counter)
+    began: float = field(default_factory=time.monotonic)
+    #: minute of the run -> search latencies, and RSS samples (bytes): is the service steady?
+    search_by_minute: dict[int, list[float]] = field(default_factory=dict)
+    rss_by_minute: dict[int, list[int]] = field(default_factory=dict)
+
+    def minute(self) -> int:
+        return int((time.monotonic() - self.began) // 60)
 
     def record(self, op: str, outcome: str, seconds: float) -> None:
         self.latencies.setdefault(op, []).append(seconds)
         self.outcomes[(op, outcome)] += 1
+        if op == "search":
+            self.search_by_minute.setdefault(self.minute(), []).append(seconds)
 
 
 @dataclass
@@ -171,6 +180,11 @@ class StressReport:
             out.append("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(self.tally.faults.items())))
         start, peak, end = self.rss_mb
         out.append(f"RSS: start {start:.0f} MB, peak {peak:.0f} MB, end {end:.0f} MB")
+        if len(self.tally.search_by_minute) > 1:
+            out.append("by minute: search p50 ms " + " ".join(
+                f"{statistics.median(v) * 1000:.0f}" for _, v in sorted(self.tally.search_by_minute.items())))
+            out.append("by minute: RSS MB       " + " ".join(
+                f"{max(v) / 2**20:.0f}" for _, v in sorted(self.tally.rss_by_minute.items())))
         out.append(f"audit: {len(self.leaks)} leaks ({self.checked_results} search results checked)")
         out.append(f"audit: {self.partial} partial documents ({self.live_documents} live), {self.orphans} orphans, "
                    f"{self.statistics} statistics mismatches, {self.model} model mismatches")
@@ -407,7 +421,9 @@ class Driver:
 
     async def sampler(self) -> None:
         while self.until_deadline():
-            self.rss_peak = max(self.rss_peak, psutil.Process().memory_info().rss)
+            rss = psutil.Process().memory_info().rss
+            self.rss_peak = max(self.rss_peak, rss)
+            self.tally.rss_by_minute.setdefault(self.tally.minute(), []).append(rss)
             await anyio.sleep(0.5)
 
     async def auditor(self, every: float) -> None:
