@@ -157,6 +157,14 @@ def _inline_text(node: Any) -> str:
 
 _MD = MarkdownIt("commonmark").enable_many(["table", "front_matter"])
 
+#: markdown-it.rs recurses once per block nesting level — parsing, building and freeing its tree — and
+#: overflows the thread's stack at ~50,000 levels ("> " * 100_000): a segfault that takes the host
+#: process down, not an exception. A text that may nest deeper than this (a line whose container
+#: prefix — indentation, ">", list markers — is this long) is chunked as plain text instead.
+#: Ordinary documents stay far below it, so their chunks are unchanged.
+MAX_MARKDOWN_NESTING = 1000
+_DEEP_PREFIX = re.compile(rf"^(?:[ >]|[-+*](?= )|[0-9]{{1,9}}[.)](?= )){{{MAX_MARKDOWN_NESTING}}}", re.MULTILINE)
+
 
 def _markdown_sections(text: str, title: str) -> list[_Section]:
     lines = _line_offsets(text)
@@ -283,6 +291,8 @@ def _pieces(text: str, section: _Section) -> list[_Block]:
 
 def chunk_text(text: str, title: str, *, markdown: bool) -> list[ChunkDraft]:
     """Chunk normalized ``text`` of a document titled ``title``."""
+    if markdown and _DEEP_PREFIX.search(text):
+        markdown = False  # see MAX_MARKDOWN_NESTING
     sections = _markdown_sections(text, title) if markdown else _plain_sections(text, title)
     pieces: list[tuple[tuple[str, ...], _Block]] = []
     for section in _merge_small(sections):
