@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -113,9 +114,22 @@ class PreparedDocument:
         return sum(c.instruction_like for c in self.chunks)
 
 
+#: What PostgreSQL text cannot store: NUL, and lone surrogates (a ``str`` may hold them, UTF-8 cannot).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | None = None) -> PreparedDocument:
-    """Normalize, scan and chunk (pure). Raises `IngestRefused` for a secret or empty text.
-    ``chunker`` replaces the default chunker for the structure (re-chunking under another version)."""
+    """Normalize, scan and chunk (pure). Raises `IngestRefused` for a secret or empty text, and for
+    text or a title that PostgreSQL cannot store (NUL, lone surrogates): ``undecodable`` for the
+    text, as the text extractors refuse it, and ``invalid_request`` for the title (it heads every
+    chunk's heading path). Never removes or replaces them: that would alter the text outside the
+    normalizer's closed list. ``chunker`` replaces the default chunker for the structure
+    (re-chunking under another version)."""
+    if _UNSTORABLE.search(title):
+        raise IngestRefused("invalid_request", "the title contains NUL or a lone surrogate")
+    if (bad := _UNSTORABLE.search(raw_text)) is not None:
+        what = "NUL characters" if bad.group() == "\x00" else "a lone surrogate (not encodable as UTF-8)"
+        raise IngestRefused("undecodable", f"contains {what} at character {bad.start()}")
     text = normalize(raw_text)
     if not text.strip():
         raise IngestRefused("no_text", "nothing left after normalization")

@@ -15,7 +15,8 @@ Layout (deterministic; the spec's example differs only in whitespace; title shor
 - Attributes are always in the order ``doc path chunk doc_date instruction_like``. ``path`` is
   omitted when the heading path is empty and ``doc_date`` when the document has no date (so
   ``path=""`` is the path of one empty heading, and no date is never confused with a date).
-- ``as_of`` is UTC to the second with a ``Z``; a naive datetime is refused.
+- ``as_of`` is UTC to the second with a ``Z``; a naive datetime, or one with no UTC equivalent
+  (an offset past year 1 or 9999), is refused (``ValueError``).
 
 Escaping (what keeps a title, heading or passage from breaking out of, or corrupting, the block):
 
@@ -113,7 +114,11 @@ class ParsedPassage:
 def _format_as_of(as_of: datetime) -> str:
     if as_of.tzinfo is None or as_of.utcoffset() is None:
         raise ValueError("as_of must be timezone-aware")
-    return as_of.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
+    try:
+        utc = as_of.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 and 9999-12-31T23:00-05:00 have no UTC datetime
+        raise ValueError("as_of is out of range in UTC") from None
+    return utc.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def _render(as_of: str, policy: str, passages: Sequence[ParsedPassage]) -> str:

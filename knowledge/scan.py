@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from knowledge.scan_rules import SpanSet, candidates
@@ -132,7 +133,6 @@ _STEERING_SOURCES = (
     r"'(?:function_call|tool_calls|tool_use)'\s*:",
 )
 _STEERING = tuple(re.compile(source) for source in _STEERING_SOURCES)
-_HTML_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
 # An HTML comment is invisible in rendered Markdown; one that speaks to a model and tells it what to do is
 # a hidden instruction (lint pragmas and TODOs for maintainers are neither).
 _ADDRESSED_TO_MODEL = re.compile(
@@ -142,6 +142,18 @@ _IMPERATIVE = re.compile(
     r"\b(?:ignore|disregard|forget|you\s+(?:must|should|will|are)|do\s+not|don't|always|never|instead|"
     r"respond|reply|say|tell|output|recommend|summari[sz]e|mention)\b"
 )
+
+
+def _html_comments(text: str) -> Iterator[str]:
+    """What ``re.findall(r"<!--(.*?)-->", text, re.DOTALL)`` returns, in linear time: that regex
+    re-scans the rest of the text from every ``<!--`` when no ``-->`` follows ("<!--" * 10_000: 18 s)."""
+    pos = 0
+    while (start := text.find("<!--", pos)) >= 0:
+        end = text.find("-->", start + 4)
+        if end < 0:
+            return
+        yield text[start + 4 : end]
+        pos = end + 3
 
 
 def _hidden_text(text: str) -> bool:
@@ -169,5 +181,5 @@ def is_instruction_like(text: str) -> bool:
         return True
     return any(
         _ADDRESSED_TO_MODEL.search(comment) and _IMPERATIVE.search(comment)
-        for comment in _HTML_COMMENT.findall(lowered)
+        for comment in _html_comments(lowered)
     )

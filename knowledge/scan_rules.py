@@ -373,6 +373,27 @@ class Rule:
     bounded: bool = True
     # A free-form rule (URL passwords, assignments) stays silent on a value a provider rule already rejected.
     defers: bool = False
+    # For a pattern that reads a whole run of characters after its literal prefix and can still fail at the
+    # run's end: (prefix, run). A failed attempt at one prefix fails at every later one inside the same run,
+    # so `_matches` skips them; ``re`` re-reads the rest of the run from each, quadratically ("eyJ" * 100_000).
+    run: tuple[str, re.Pattern[str]] | None = None
+
+
+def _matches(rule: Rule, text: str) -> Iterator[re.Match[str]]:
+    """Exactly ``rule.pattern.finditer(text)``; with ``rule.run``, in linear time."""
+    if rule.run is None:
+        yield from rule.pattern.finditer(text)
+        return
+    prefix, run = rule.run
+    pos = 0
+    while (start := text.find(prefix, pos)) >= 0:
+        match = rule.pattern.match(text, start)
+        if match is not None:
+            yield match
+            pos = match.end()
+        else:
+            span = run.match(text, start)
+            pos = max(start + 1, span.end() if span is not None else 0)
 
 
 def _value(check: Callable[[str], bool]) -> Callable[[re.Match[str]], Span | None]:
@@ -422,7 +443,12 @@ def _token(pattern: str) -> re.Pattern[str]:
 # One rule per literal prefix, because a leading character class costs `re` its fast literal search.
 RULES: tuple[Rule, ...] = (
     Rule("private_key", _PEM_PRIVATE, _pem_block, bounded=False),
-    Rule("private_key", _token(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{40,}={0,2}"), _value(_b64_pem_ok)),  # b64 "-----BEGIN"
+    Rule(  # base64 of "-----BEGIN"; fails only where the run is short or ends at "_"/"-": so do later starts in it
+        "private_key",
+        _token(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{40,}={0,2}"),
+        _value(_b64_pem_ok),
+        run=("LS0tLS1CRUdJTi", re.compile(r"[A-Za-z0-9+/]*")),
+    ),
     Rule("github_token", _token(r"gh[pousr]_[A-Za-z0-9]{36}"), _value(lambda v: _crc32_suffix_ok(v[4:]))),
     Rule(
         "github_token",
@@ -489,7 +515,12 @@ RULES: tuple[Rule, ...] = (
         re.compile(r"SK[0-9a-fA-F]{32}:(?P<v>[A-Za-z0-9]{32})" + _END, re.ASCII),  # API key SID : its secret
         _value(_random_part),
     ),
-    Rule("jwt", _token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}"), _value(_jwt_ok)),
+    Rule(  # the header is the run up to its ".", and what must follow it is the same for every start in that run
+        "jwt",
+        _token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}"),
+        _value(_jwt_ok),
+        run=("eyJ", re.compile(r"[A-Za-z0-9_-]*")),
+    ),
     Rule(
         "url_password",
         re.compile(r"://[^\s:/@\"'`<>]{0,128}:(?P<v>[^\s/@\"'`<>]{1,256})@", re.ASCII),
@@ -532,7 +563,7 @@ def candidates(text: str) -> Iterator[tuple[str, int, int]]:
     """Every (kind, start, end) a rule confirms, provider rules first; spans may overlap across rules."""
     vetoed = SpanSet()  # provider-format values their own rule rejected (a bad checksum, a masked body)
     for rule in RULES:
-        for match in rule.pattern.finditer(text):
+        for match in _matches(rule, text):
             start = match.start()
             if rule.bounded and start > 0 and text[start - 1] in _WORD_CHARS:
                 continue
