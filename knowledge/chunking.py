@@ -43,7 +43,8 @@ CEILING_TOKENS = 1000
 FLOOR_TOKENS = 100
 
 TOKENIZER_VERSION = "t1"
-CHUNKER_VERSION = f"md1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
+# md2: exact totals across U+3000 and cut-word window seams; the nesting bound; heading components <= 256.
+CHUNKER_VERSION = f"md2-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
 
 # One token per CJK character, per short word (<= 8 characters), per 5 characters of a longer
 # word, and per other non-space character. One regex, counted in C. Punctuation is tried first,
