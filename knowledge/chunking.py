@@ -456,8 +456,15 @@ def _pieces(text: str, section: _Section) -> list[_Block]:
 
 def chunk_text(text: str, title: str, *, markdown: bool) -> list[ChunkDraft]:
     """Chunk normalized ``text`` of a document titled ``title``."""
-    parse = markdown and _parsable(text)
-    sections = _markdown_sections(text, title) if parse else _plain_sections(text, title)
+    sections = _plain_sections(text, title)
+    if markdown and _parsable(text):
+        try:
+            sections = _markdown_sections(text, title)
+        except BaseException as exc:  # pyo3's PanicException derives from BaseException, not Exception
+            if type(exc).__name__ != "PanicException":
+                raise
+            # markdown-it.rs panicked (e.g. an index out of bounds in its code-span rule on hostile
+            # input): the document is chunked as plain text, as past the nesting bound.
     pieces: list[tuple[tuple[str, ...], _Block]] = []
     for section in _merge_small(text, sections):
         for piece in _pieces(text, section):
