@@ -273,7 +273,7 @@ class Driver:
         path = self.random.choice(self.corpus.markdown)
         return path.read_bytes(), "text/markdown", "markdown"
 
-    def live_documents(self, versioned_only: bool = False) -> list[tuple[uuid.UUID, DocumentFacts]]:
+    def live_documents(self) -> list[tuple[uuid.UUID, DocumentFacts]]:
         return [(d, f) for d, f in self.model.documents.items()
                 if f.acked_at and f.deleted_at is None and not f.uncertain and not f.refused]
 
@@ -474,6 +474,12 @@ def _settings(options: StressOptions, data_dir: Path, application_name: str) -> 
                     application_name=application_name)
 
 
+async def _discard_embedded(folder: Path) -> None:
+    """Stop the temporary embedded server of ``folder`` and remove the folder."""
+    await anyio.to_thread.run_sync(stop_embedded, folder)
+    await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, folder, ignore_errors=True))
+
+
 @contextlib.asynccontextmanager
 async def _data_dir(options: StressOptions) -> AsyncIterator[Path]:
     if options.data_dir is not None or options.dsn is not None:
@@ -483,8 +489,7 @@ async def _data_dir(options: StressOptions) -> AsyncIterator[Path]:
     try:
         yield folder
     finally:
-        await anyio.to_thread.run_sync(stop_embedded, folder)
-        await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, folder, ignore_errors=True))
+        await _discard_embedded(folder)
 
 
 async def run_stress(options: StressOptions) -> StressReport:
@@ -616,8 +621,7 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, seed: i
                           storage.live_documents)
     finally:
         if data_dir is None:
-            await anyio.to_thread.run_sync(stop_embedded, folder)
-            await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, folder, ignore_errors=True))
+            await _discard_embedded(folder)
 
 
 def _victim_main() -> None:
