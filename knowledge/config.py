@@ -27,6 +27,16 @@ def default_data_dir() -> Path:
     return Path(xdg).expanduser().resolve() / "knowledge"
 
 
+def default_semantic_arm() -> bool | None:
+    """``$KNOWLEDGE_SEMANTIC_ARM``: ``on``, ``off``, or unset / ``auto`` (the measured default)."""
+    value = os.environ.get("KNOWLEDGE_SEMANTIC_ARM", "auto").strip().lower()
+    if value in ("on", "1", "true"):
+        return True
+    if value in ("off", "0", "false"):
+        return False
+    return None
+
+
 class Settings(BaseModel):
     """How a `KnowledgeService` reaches its database.
 
@@ -67,6 +77,15 @@ class Settings(BaseModel):
     #: A crashed worker task restarts after this, doubling per consecutive crash up to the maximum.
     worker_restart_base_seconds: float = Field(default=1.0, ge=0)
     worker_restart_max_seconds: float = Field(default=60.0, ge=0)
+
+    #: The semantic arm (pgvector, fused with the lexical arm by RRF): True requires the
+    #: ``semantic`` extra and pgvector; False is lexical-only; None, the measured default
+    #: (`knowledge.semantic.MEASURED_DEFAULT`) where the extra is installed. ``$KNOWLEDGE_SEMANTIC_ARM``.
+    semantic_arm: bool | None = Field(default_factory=default_semantic_arm)
+    #: Word pieces per embedded window of a passage (0: the whole passage, cut by the model at 256).
+    semantic_window: int = Field(default=128, ge=0, le=256)
+    #: Threads the embedder child's encoder uses.
+    embedder_threads: int = Field(default=2, ge=1, le=64)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

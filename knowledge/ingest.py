@@ -6,9 +6,12 @@
 4. Scan      a secret refuses everything (naming the chunk, never the secret); instruction-like
              text only flags the chunk
 5. Chunk     structure first (`knowledge.chunking`), ids deterministic per chunker version
-6. Index     PostgreSQL full-text search over text plus heading path
+6. Index     PostgreSQL full-text search over text plus heading path; with the semantic arm on,
+             each chunk's windows are embedded first (in the embedder child, before the
+             transaction opens: `knowledge.semantic`) and their vectors are index rows too
 7. Commit    source copy (KNOWLEDGE_SOURCE, expires_at NULL), document, chunk set, chunks, index
-             rows and a ``knowledge.document.ingested`` event, in one transaction
+             rows (postings, and vectors when the arm is on) and a ``knowledge.document.ingested``
+             event, in one transaction: a chunk is searchable by both arms or by neither
 
 Steps 3–5 are the pure `prepare`; the shell around it reads, refuses and commits. A refusal
 raises `IngestRefused` with a reason code; a refused or failed ingest writes nothing but an
@@ -26,7 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -55,6 +58,9 @@ from knowledge.scan import find_secrets, is_instruction_like
 from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, ref_from_row
 from knowledge.store.db import Connection, Database, is_transient
 from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
+
+if TYPE_CHECKING:
+    from knowledge.semantic.store import VectorWriter
 
 _log = logging.getLogger(__name__)
 
@@ -170,6 +176,9 @@ class Ingestor:
     fault_hook: FaultHook | None = field(default=None)
     #: Backoff between attempts after a transient database fault (`knowledge.retry`).
     retry_delays: tuple[float, ...] = RETRY_DELAYS
+    #: The semantic arm's writer, when the arm is on: chunks are embedded after step 5 (scan and
+    #: chunk), before the transaction opens, and their vectors written in step 7's transaction.
+    vectors: VectorWriter | None = None
 
     async def ingest(self, request: IngestRequest) -> KnowledgeDocument:
         """Run the seven steps; return the committed document or raise `IngestRefused`.
@@ -197,7 +206,15 @@ class Ingestor:
         self._admit(request)
         source, prepared = await self._read_and_prepare(
             request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256)
-        return await self._commit(request, source, prepared)
+        vectors = await self._embed(prepared)
+        return await self._commit(request, source, prepared, vectors)
+
+    async def _embed(self, prepared: PreparedDocument) -> list[list[str]] | None:
+        """The chunk set's window vectors (the embedder child's work; the event loop only waits),
+        or None with the semantic arm off. `EmbedderUnavailable` (transient) leaves nothing."""
+        if self.vectors is None:
+            return None
+        return await self.vectors.embed([(c.draft.heading_path, c.draft.text) for c in prepared.chunks])
 
     async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
                                 chunker: Chunker | None = None) -> tuple[ArtifactRef, PreparedDocument]:
@@ -249,6 +266,7 @@ class Ingestor:
         if doc["ingested_by_principal_id"] != principal.principal_id:
             raise IngestRefused("not_document_owner", "only the principal who ingested a document may re-chunk it")
         _, prepared = await self._read_and_prepare(tenant, doc["source_artifact_id"], doc["title"], chunker=chunker)
+        vectors = await self._embed(prepared)
         async with self.db.transaction() as tx:
             await lock_document(tx, tenant, document_id)
             live = await tx.fetchval(
@@ -269,7 +287,10 @@ class Ingestor:
                 """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
                    VALUES ($1, $2, $3, $4, $5)""", tenant, document_id, live, prepared.chunker_version,
                 len(prepared.chunks))
-            await tx.execute(_CHUNKS_SQL, *_chunk_columns(tenant, document_id, live, prepared))
+            columns = _chunk_columns(tenant, document_id, live, prepared)
+            await tx.execute(_CHUNKS_SQL, *columns)
+            if self.vectors is not None and vectors is not None:
+                await self.vectors.write(tx, tenant, columns[4], vectors)
             await tx.execute(
                 """UPDATE knowledge_documents SET chunker_version = $4
                    WHERE tenant_id = $1 AND document_id = $2 AND version = $3""",
@@ -286,8 +307,8 @@ class Ingestor:
         if self.fault_hook is not None:
             await self.fault_hook(step, conn)
 
-    async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
-                      ) -> KnowledgeDocument:
+    async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
+                      vectors: list[list[str]] | None) -> KnowledgeDocument:
         """Step 7, retried after transient faults (see `knowledge.retry`). Every attempt writes the
         same document id; an attempt whose COMMIT was sent but not answered is resolved by looking
         for the version it wrote before anything runs again."""
@@ -295,7 +316,7 @@ class Ingestor:
         for delay in (*self.retry_delays, None):
             attempt = _Attempt()
             try:
-                return await self._commit_once(request, source, prepared, document_id, attempt)
+                return await self._commit_once(request, source, prepared, vectors, document_id, attempt)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -314,7 +335,8 @@ class Ingestor:
         raise AssertionError("unreachable")
 
     async def _commit_once(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
-                           document_id: uuid.UUID, attempt: _Attempt) -> KnowledgeDocument:
+                           vectors: list[list[str]] | None, document_id: uuid.UUID, attempt: _Attempt
+                           ) -> KnowledgeDocument:
         tenant = request.principal.tenant_id
         async with self.db.transaction() as tx:
             if request.replaces is not None:
@@ -323,6 +345,7 @@ class Ingestor:
             # its chunk set, the event and the outcome counter.
             await self._fault("before_write", tx)
             # One statement writes everything (see _INGEST_SQL): one round trip, whatever the size.
+            columns = _chunk_columns(tenant, document_id, attempt.version, prepared)
             row = await tx.fetchrow(
                 _INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, attempt.version,
                 request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
@@ -331,12 +354,14 @@ class Ingestor:
                 json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
                             "source_sha256": source.sha256, "media_type": source.media_type,
                             "instruction_like_chunks": prepared.instruction_like_count}),
-                *_chunk_columns(tenant, document_id, attempt.version, prepared)[4:],
+                *columns[4:],
             )
             if row is None or row["artifact_id"] is None:
                 raise IngestRefused("source_not_found", "the source vanished during ingest")
             if row["ingested_at"] is None:
                 raise IngestRefused("document_exists", f"document {document_id} already exists")
+            if self.vectors is not None and vectors is not None:  # the semantic arm's rows, same transaction
+                await self.vectors.write(tx, tenant, columns[4], vectors)
             await self._fault("before_commit", tx)
             attempt.commit_sent = True  # leaving the block sends COMMIT
         await self._fault("after_commit", tx)

@@ -23,6 +23,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
+import anyio
+from anyio.abc import TaskGroup
+
 from knowledge.ingest import TS_CONFIG
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
 from knowledge.ranking import KNOWLEDGE_V1, Candidate, RankingPolicy, rank, select
@@ -34,10 +37,11 @@ BM25_B = 0.75
 #: How many candidates an arm hands to fusion.
 ARM_LIMIT = 50
 
-# Who may read what: principal -> only the ingesting principal; project -> the current scope's
+# Who may read what (every arm's candidate query carries it; ``d`` is the document version):
+# principal -> only the ingesting principal; project -> the current scope's
 # documents; tenant -> everyone in the tenant. $1 tenant, $5 principal, $6 current scope,
 # $7 admitted sensitivities, $8 as_of (NULL: live).
-_ADMIT = """
+ADMIT = """
     d.tenant_id = $1
     AND (d.visibility = 'tenant'
          OR (d.visibility = 'principal' AND d.ingested_by_principal_id = $5)
@@ -45,6 +49,17 @@ _ADMIT = """
     AND d.sensitivity = ANY($7::text[])
     AND CASE WHEN $8::timestamptz IS NULL THEN d.valid_to IS NULL
              ELSE d.valid_from <= $8 AND (d.valid_to IS NULL OR d.valid_to > $8) END
+"""
+
+# The chunk set live then: the current one, or the one valid at as_of (re-chunking ends a set).
+# ``c`` is the chunk; $1 tenant, $8 as_of.
+LIVE_SET = """
+    EXISTS (
+        SELECT 1 FROM knowledge_chunk_sets cs
+        WHERE cs.tenant_id = $1 AND cs.document_id = c.document_id AND cs.version = c.version
+          AND cs.chunker_version = c.chunker_version
+          AND CASE WHEN $8::timestamptz IS NULL THEN cs.superseded_at IS NULL
+                   ELSE cs.created_at <= $8 AND (cs.superseded_at IS NULL OR cs.superseded_at > $8) END)
 """
 
 # One statement: the query's lexemes; their postings in this tenant (read once, index-only);
@@ -84,14 +99,7 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT * FROM knowledge_documents d
     WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
-      AND {_ADMIT}
-      -- the chunk set live then: the current one, or the one valid at as_of (re-chunking ends a set)
-      AND EXISTS (
-          SELECT 1 FROM knowledge_chunk_sets cs
-          WHERE cs.tenant_id = $1 AND cs.document_id = c.document_id AND cs.version = c.version
-            AND cs.chunker_version = c.chunker_version
-            AND CASE WHEN $8::timestamptz IS NULL THEN cs.superseded_at IS NULL
-                     ELSE cs.created_at <= $8 AND (cs.superseded_at IS NULL OR cs.superseded_at > $8) END)
+      AND {ADMIT} AND {LIVE_SET}
     ) AS d
 ORDER BY s.bm25 DESC, s.chunk_id  -- the scan order above is a plan, not a promise
 LIMIT $9
@@ -126,10 +134,12 @@ class LexicalArm:
             _LEXICAL_SQL, query.tenant_id, query.text, self.k1, self.b, query.principal_id, query.current_scope,
             query.sensitivity_ceiling.admitted(), query.as_of, limit,
         )
-        return [_candidate(r, rank_no, self.name, float(r["strength"])) for rank_no, r in enumerate(rows, start=1)]
+        return [candidate_from_row(r, rank_no, self.name, float(r["strength"]))
+                for rank_no, r in enumerate(rows, start=1)]
 
 
-def _candidate(row: Record, rank_no: int, arm: str, strength: float) -> Candidate:
+def candidate_from_row(row: Record, rank_no: int, arm: str, strength: float) -> Candidate:
+    """A candidate from an arm's row (chunk and document columns), its rank and evidence."""
     return Candidate(
         chunk_id=row["chunk_id"], document_id=row["document_id"], version=row["version"], title=row["title"],
         heading_path=tuple(row["heading_path"]), text=row["text"], tokens=row["tokens"], doc_date=row["doc_date"],
@@ -156,7 +166,7 @@ def merge_arms(results: Sequence[ArmResult]) -> list[Candidate]:
 
 @dataclass
 class Searcher:
-    """The retrieval pipeline over a set of arms (today: lexical)."""
+    """The retrieval pipeline over a set of arms (lexical, and the semantic arm when enabled)."""
 
     db: Database
     arms: Sequence[Arm]
@@ -164,8 +174,25 @@ class Searcher:
     arm_limit: int = ARM_LIMIT
 
     async def candidates(self, query: KnowledgeQuery) -> list[Candidate]:
-        results = [ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit)) for arm in self.arms]
-        return merge_arms(results)
+        """Every arm's candidates, the arms running concurrently in this call's task group."""
+        if len(self.arms) == 1:
+            return merge_arms([ArmResult(self.arms[0].name, await self.arms[0].search(self.db, query, self.arm_limit))])
+        results: list[ArmResult | None] = [None] * len(self.arms)
+        errors: list[Exception] = []
+
+        async def one(i: int, arm: Arm, tg: TaskGroup) -> None:
+            try:
+                results[i] = ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit))
+            except Exception as exc:  # the first failure, raised unwrapped; the other arms stop
+                errors.append(exc)
+                tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for i, arm in enumerate(self.arms):
+                tg.start_soon(one, i, arm, tg)
+        if errors:
+            raise errors[0]
+        return merge_arms([r for r in results if r is not None])
 
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """Ranked, capped, floored and budgeted passages; never truncated."""

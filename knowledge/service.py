@@ -26,7 +26,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from knowledge import catalog
+from knowledge import catalog, semantic
 from knowledge.attachments import (
     AttachmentMark,
     AttachmentQueue,
@@ -38,6 +38,7 @@ from knowledge.attachments import (
 )
 from knowledge.chunking import Chunker
 from knowledge.config import Settings
+from knowledge.errors import ConfigurationError
 from knowledge.ingest import Ingestor, IngestRequest
 from knowledge.lifecycle import ConversationDeleted, DeletedChunk, delete_conversation, delete_document, deleted_chunk
 from knowledge.metrics import IngestStats, ingest_stats
@@ -55,6 +56,9 @@ from knowledge.models import (
 )
 from knowledge.retry import retry_transient, typed_faults
 from knowledge.search import LexicalArm, Searcher, get_chunk
+from knowledge.semantic.arm import SemanticArm
+from knowledge.semantic.encoder import DIM, model_version
+from knowledge.semantic.store import VectorWriter, ensure_index, reembed_missing
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
@@ -79,6 +83,7 @@ from parsers.base import ExtractorRegistry
 from parsers.pdf import PdfExtractor
 from parsers.text import MarkdownExtractor, PlainTextExtractor
 from supervisors.embedded_pg import EmbeddedServer, start_embedded_async
+from supervisors.embedder import Embedder
 from supervisors.parser_pool import ParserPool
 
 _log = logging.getLogger(__name__)
@@ -118,6 +123,9 @@ class KnowledgeService:
         self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
         self.ingestor = Ingestor(db, self.artifacts, self.extractors)
         self.searcher = Searcher(db, [LexicalArm()])
+        #: The semantic arm's embedder child's owner, when the arm is on (`enable_semantic`).
+        self.embedder: Embedder | None = None
+        self.semantic_version: str | None = None
         self.attachment_queue = AttachmentQueue(db)
         #: The maintenance worker (attachment workers and the sweeper), when ``attachment_workers`` > 0.
         self.maintenance: MaintenanceWorker | None = None
@@ -174,9 +182,45 @@ class KnowledgeService:
                         svc.start_background("maintenance-worker", svc.maintenance.run)
                     svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
+                        if semantic.enabled(settings.semantic_arm):
+                            await svc._enable_semantic()
                         yield svc
                     tg.cancel_scope.cancel()
                 held.reraise()
+
+    async def _enable_semantic(self) -> None:
+        """Start the embedder (an actor of this service's task group that owns its child), make
+        sure the model version's HNSW index exists, and add the arm beside the lexical one; chunks
+        that have no vectors under this version (ingested with the arm off, or under another model
+        version) are embedded by a background backfill (`reembed`)."""
+        window = self.settings.semantic_window
+        version = model_version(window)
+        await ensure_index(self.db, version, DIM)
+        self.embedder = Embedder(window=window, threads=self.settings.embedder_threads)
+        await self._task_group.start(self.embedder.run)
+        self.semantic_version = version
+        writer = VectorWriter(self.embedder, version)
+        self.ingestor.vectors = writer
+        self.searcher.arms = [LexicalArm(), SemanticArm(self.embedder, version, DIM)]
+        self.start_background("semantic-backfill", self._backfill)
+
+    async def _backfill(self) -> None:
+        try:
+            done = await self.reembed()
+            if done:
+                _log.info("semantic arm: embedded %d chunks that had no %s vectors", done, self.semantic_version)
+        except Exception:
+            _log.exception("semantic backfill failed; `knowledge reembed` (or a restart) resumes it")
+
+    async def reembed(self, tenant_id: str | None = None) -> int:
+        """Embed, under the configured model version, every chunk (of one tenant, or all; live,
+        superseded and re-chunked sets alike) that has no vector under it, from stored chunk text —
+        no re-upload, no re-chunking; existing vectors of other versions stay. Returns the number
+        of chunks embedded. Requires the semantic arm. Cancellation: the batch in flight is not
+        written; what was written stays and the next call resumes."""
+        if self.embedder is None or self.semantic_version is None:
+            raise ConfigurationError(message="re-embedding needs the semantic arm (semantic_arm=True)")
+        return await reembed_missing(self.db, VectorWriter(self.embedder, self.semantic_version), tenant_id)
 
     async def ingest(
         self,

@@ -74,6 +74,11 @@ class Corpus:
     refused: dict[str, int]
     seconds: float
     chunks: int = 0
+    megabytes: float = 0.0
+
+    def throughput(self) -> str:
+        return (f"ingest {self.seconds:.1f}s ({self.megabytes / self.seconds:.2f} MB/s, "
+                f"{1000 * self.seconds / max(self.chunks, 1):.1f} ms/chunk)")
 
 
 @dataclass
@@ -91,7 +96,11 @@ async def ingest_corpus(svc: KnowledgeService, tenant: str, sources: Sequence[An
     doc_keys, refused = await ingest_sources(svc, tenant, sources)
     seconds = time.perf_counter() - began
     chunks = await svc.db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", tenant)
-    return Corpus(tenant, doc_keys, refused, seconds, int(chunks))
+    return Corpus(tenant, doc_keys, refused, seconds, int(chunks), sum(len(s.data) for s in sources) / 1e6)
+
+
+def fused_label(svc: KnowledgeService) -> str:
+    return ", fused" if len(svc.searcher.arms) > 1 else ""
 
 
 def arm_bm25(svc: KnowledgeService) -> tuple[float, float]:
@@ -140,9 +149,11 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
     texts = [data.queries[q] for q in qids]
     rows: list[Row] = []
 
-    async def arm(text: str) -> list[str]:
-        cands = await svc.searcher.candidates(query(tenant, text))
-        return first_occurrences(keys[c.document_id] for c in cands)
+    def arm_run(arm: Any) -> Callable[[str], Awaitable[list[str]]]:
+        async def run(text: str) -> list[str]:
+            cands = await arm.search(svc.db, query(tenant, text), svc.searcher.arm_limit)
+            return first_occurrences(keys[c.document_id] for c in cands)
+        return run
 
     async def search_default(text: str) -> list[str]:
         passages = await svc.search(query(tenant, text))
@@ -152,9 +163,12 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
         passages = await svc.search(query(tenant, text, max_passages=10, max_per_document=1, budget_tokens=100_000))
         return first_occurrences(keys[p.document_id] for p in passages)
 
-    rows.append(await measure(Row(f"ours: lexical arm (candidates, {svc.searcher.arm_limit} chunks)"), texts, arm))
-    rows.append(await measure(Row("ours: knowledge.search, 10 passages 1/doc"), texts, search_10))
-    rows.append(await measure(Row("ours: knowledge.search, default (3 passages)", top10=False), texts, search_default))
+    for a in svc.searcher.arms:
+        rows.append(await measure(Row(f"ours: {a.name} arm (candidates, {svc.searcher.arm_limit} chunks)"), texts,
+                                  arm_run(a)))
+    rows.append(await measure(Row(f"ours: knowledge.search, 10 passages 1/doc{fused_label(svc)}"), texts, search_10))
+    rows.append(await measure(Row(f"ours: knowledge.search, default (3 passages){fused_label(svc)}", top10=False),
+                              texts, search_default))
 
     bm_texts = [f"{d['title']} {d['text']}" for d in data.corpus]
     bm_ids = [d["_id"] for d in data.corpus]
@@ -173,7 +187,7 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
         rows.append(await measure(Row(f"PostgreSQL {name}, GIN"), texts, baseline))
 
     lines = [f"SciFact test: {len(qids)} queries, {len(data.corpus)} abstracts -> {len(keys)} documents, "
-             f"{corpus.chunks} chunks (refused {corpus.refused or 0}); ingest {corpus.seconds:.1f}s",
+             f"{corpus.chunks} chunks (refused {corpus.refused or 0}); {corpus.throughput()}",
              f"{'method':<58} {'nDCG@10':>8} {'R@10':>6} {'R@3':>6} {'empty':>6} {'median ms':>10}"]
     for row in rows:
         rels = [data.qrels[q] for q in qids]
@@ -198,8 +212,10 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
         "SELECT chunk_id, heading_path, text FROM knowledge_chunks WHERE tenant_id = $1 ORDER BY chunk_id", tenant)
     rows: list[Row] = []
 
-    async def arm(text: str) -> list[str]:
-        return [c.text for c in await svc.searcher.candidates(query(tenant, text))]
+    def arm_run(arm: Any) -> Callable[[str], Awaitable[list[str]]]:
+        async def run(text: str) -> list[str]:
+            return [c.text for c in await arm.search(svc.db, query(tenant, text), svc.searcher.arm_limit)]
+        return run
 
     async def search_default(text: str) -> list[str]:
         return [p.text for p in await svc.search(query(tenant, text))]
@@ -207,10 +223,13 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
     async def search_10(text: str) -> list[str]:
         return [p.text for p in await svc.search(query(tenant, text, max_passages=10, budget_tokens=10_000))]
 
-    rows.append(await measure(Row(f"ours: lexical arm (candidates, top of {svc.searcher.arm_limit})"), texts, arm))
-    rows.append(await measure(Row("ours: knowledge.search, 10 passages / 10000 tokens"), texts, search_10))
-    rows.append(await measure(Row("ours: knowledge.search, default 3 passages / 3000 tokens", top10=False), texts,
-                              search_default))
+    for a in svc.searcher.arms:
+        rows.append(await measure(Row(f"ours: {a.name} arm (candidates, top of {svc.searcher.arm_limit})"), texts,
+                                  arm_run(a)))
+    rows.append(await measure(Row(f"ours: knowledge.search, 10 passages / 10000 tokens{fused_label(svc)}"), texts,
+                              search_10))
+    rows.append(await measure(Row(f"ours: knowledge.search, default 3 / 3000{fused_label(svc)}", top10=False),
+                              texts, search_default))
 
     bm_texts = [" ".join(r["heading_path"]) + "\n" + r["text"] for r in chunk_rows]
     arm_k1, arm_b = arm_bm25(svc)
@@ -239,7 +258,7 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
 
     lines = [f"docs-dev: {len(questions)} questions ({len(answerable)} answerable: {len(plain)} plain, "
              f"{len(para)} paraphrased; {len(unanswerable)} unanswerable); {len(corpus.doc_keys)} documents, "
-             f"{corpus.chunks} chunks (refused {corpus.refused or 0}); ingest {corpus.seconds:.1f}s",
+             f"{corpus.chunks} chunks (refused {corpus.refused or 0}); {corpus.throughput()}",
              f"{'method':<58} {'R@3':>6} {'R@10':>6} {'R@3 pl':>6} {'R@3 pa':>6} {'R@10pl':>6} {'R@10pa':>6} "
              f"{'noise@3':>7} {'ret@3':>5} {'unans':>5} {'median ms':>9}"]
     for row in rows:
@@ -264,7 +283,8 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
 
 async def run(args: argparse.Namespace) -> list[str]:
     data_dir = Path(tempfile.mkdtemp(prefix="knowledge-eval-"))
-    settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10)
+    settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10,
+                        semantic_arm=args.semantic)
     out: list[str] = []
     try:
         async with KnowledgeService.open(settings) as svc:
@@ -294,6 +314,8 @@ def main() -> None:
     parser.add_argument("--skip-scifact", action="store_true")
     parser.add_argument("--skip-docs", action="store_true")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--semantic", action=argparse.BooleanOptionalAction, default=False,
+                        help="run the semantic arm beside the lexical one (needs the semantic extra)")
     args = parser.parse_args()
     began = time.perf_counter()
     lines = anyio.run(run, args, backend=args.loop)

@@ -1,0 +1,113 @@
+"""The semantic arm: nearest windows by cosine distance, inside the same isolation predicates.
+
+One statement per search, in a transaction that sets pgvector's scan options locally:
+
+1. the query's vector (from the embedder child) against the tenant's windows of this model
+   version, joined to their chunk and document version under `knowledge.search.ADMIT` (tenant,
+   visibility, project, sensitivity, live version or ``as_of``) and `knowledge.search.LIVE_SET`
+   (the chunk set live then) — the very predicates of the lexical arm, in the SQL that fetches
+   candidates, never applied after ranking;
+2. ordered by distance over the model version's partial HNSW index with **iterative index scans**
+   (pgvector 0.8, ``hnsw.iterative_scan = relaxed_order``): when the predicates reject most of what
+   the graph returns — a small tenant, a private document among tenant-wide ones — the scan goes on
+   past ``ef_search`` until enough admitted windows are found (up to ``hnsw.max_scan_tuples``), and
+   the materialized result is re-sorted exactly;
+3. windows folded into chunks by their best window.
+
+A tenant with at most `EXACT_MAX_WINDOWS` windows of the version is searched exactly instead (a
+sequential pass over its rows through the (tenant, model) btree, a few milliseconds): an
+approximate graph over the whole table has nothing to offer a tenant that small, and this keeps
+its recall at 1.0 however large the rest of the table grows (`scripts/bench_search.py` measures
+both paths).
+
+Strength (the relevance floor's evidence): ``(cosine - floor) / (1 - floor)`` clamped to 0..1, with
+``floor`` = `COSINE_FLOOR`: below it a window is no evidence at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from knowledge.models import KnowledgeQuery
+from knowledge.ranking import Candidate
+from knowledge.search import ADMIT, LIVE_SET, candidate_from_row
+from knowledge.semantic.store import model_literal
+from knowledge.store.db import Database
+from supervisors.embedder import Embedder
+
+#: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.
+COSINE_FLOOR = 0.2
+EXACT_MAX_WINDOWS = 20_000
+#: Windows fetched per chunk wanted (a chunk has 1-9 windows; its best few crowd the top).
+WINDOWS_PER_CHUNK = 4
+EF_SEARCH = 100
+MAX_SCAN_TUPLES = 40_000
+
+
+def _sql(version: str, dim: int, exact: bool) -> str:
+    distance = f"e.embedding::vector({dim}) <=> $2::vector({dim})"
+    # An expression the index cannot serve: the exact pass, through the (tenant, model) btree.
+    order = f"({distance}) + 0" if exact else distance
+    return f"""
+WITH nearest AS MATERIALIZED (
+    SELECT e.chunk_id, {distance} AS distance
+    FROM knowledge_embeddings e
+    JOIN knowledge_chunks c ON c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id
+    JOIN knowledge_documents d ON d.tenant_id = c.tenant_id AND d.document_id = c.document_id AND d.version = c.version
+    WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)}
+      AND {ADMIT} AND {LIVE_SET}
+    ORDER BY {order}
+    LIMIT $3
+), best AS (
+    SELECT chunk_id, min(distance) AS distance FROM nearest GROUP BY chunk_id
+    ORDER BY min(distance), chunk_id LIMIT $4
+)
+SELECT b.chunk_id, 1 - b.distance AS cosine, c.document_id, c.version, c.heading_path, c.text, c.tokens,
+       c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
+FROM best b
+JOIN knowledge_chunks c ON c.tenant_id = $1 AND c.chunk_id = b.chunk_id
+JOIN knowledge_documents d ON d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
+ORDER BY b.distance, b.chunk_id
+"""
+
+
+_SCAN_OPTIONS = f"""
+SELECT set_config('hnsw.ef_search', '{EF_SEARCH}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true),
+       set_config('hnsw.max_scan_tuples', '{MAX_SCAN_TUPLES}', true)
+"""
+
+_COUNT_SQL = """
+SELECT count(*) FROM (SELECT 1 FROM knowledge_embeddings
+                      WHERE tenant_id = $1 AND model_version = $2 LIMIT $3) AS s
+"""
+
+
+@dataclass
+class SemanticArm:
+    """Nearest windows under the isolation predicates; see the module docstring."""
+
+    embedder: Embedder
+    version: str
+    dim: int
+    name: str = "semantic"
+    exact_max_windows: int = EXACT_MAX_WINDOWS
+    cosine_floor: float = COSINE_FLOOR
+
+    def __post_init__(self) -> None:
+        self._ann = _sql(self.version, self.dim, exact=False)
+        self._exact = _sql(self.version, self.dim, exact=True)
+
+    async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
+        vector = await self.embedder.embed_query(query.text)
+        args = (query.tenant_id, vector, limit * WINDOWS_PER_CHUNK, limit, query.principal_id, query.current_scope,
+                query.sensitivity_ceiling.admitted(), query.as_of)
+        async with db.transaction() as tx:
+            windows = await tx.fetchval(_COUNT_SQL, query.tenant_id, self.version, self.exact_max_windows + 1)
+            if windows <= self.exact_max_windows:
+                rows = await tx.fetch(self._exact, *args)
+            else:
+                await tx.execute(_SCAN_OPTIONS)
+                rows = await tx.fetch(self._ann, *args)
+        floor = self.cosine_floor
+        return [candidate_from_row(r, rank_no, self.name, (float(r["cosine"]) - floor) / (1 - floor))
+                for rank_no, r in enumerate(rows, start=1)]

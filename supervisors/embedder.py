@@ -1,0 +1,248 @@
+"""The embedder: one long-lived child process per service, owned by the service's task group.
+
+The encoder (a transformer on the CPU, ~35 ms per 128-piece window on this machine) must never
+run on the event loop nor in the default thread executor, and loading it costs seconds, so it runs
+in one child (`knowledge.semantic.child`) started by `Embedder.run` — a background actor of
+`KnowledgeService` — and kept for the service's life:
+
+- **Requests queue in the actor, queries first.** `embed_queries` (a search) is served before
+  `embed_passages` batches (ingest), and ingest sends at most `BATCH_PASSAGES` passages per
+  request, so a search waits for at most one batch, not for a whole document.
+- **A cancelled caller costs no restart.** The request it left is dropped if not yet sent; if the
+  child is computing it, the reply is read and discarded (a batch is bounded), so cancellations —
+  which a host does constantly — never kill the model.
+- **Death, deadlines and restarts.** A child that exits, sends garbage or overruns a request's
+  deadline is killed (process group SIGKILL) and reaped before the actor starts another, with
+  backoff; the request in flight fails with `EmbedderUnavailable` (transient: an ingest that gets
+  it writes nothing and may be retried). Leaving the service closes the child's stdin, waits, and
+  kills and reaps it if it lingers.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import Process, TaskStatus
+
+from knowledge.errors import KnowledgeError
+
+_log = logging.getLogger(__name__)
+
+#: Passages per ingest request: at most a second or so of encoding.
+BATCH_PASSAGES = 16
+START_SECONDS = 120.0  # importing torch and loading the model, cold
+#: A request's deadline: this, plus per window-sized passage.
+REQUEST_BASE_SECONDS = 30.0
+REQUEST_PER_ITEM_SECONDS = 2.0
+_REAP_SECONDS = 10.0
+_MAX_FRAME = 64 * 1024 * 1024
+
+
+class EmbedderUnavailable(KnowledgeError):
+    """The embedder child could not answer (not started, died, overran its deadline). Transient."""
+
+    reason = "embedder_unavailable"
+    transient = True
+
+
+@dataclass
+class _Request:
+    payload: dict[str, Any]
+    items: int
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: dict[str, Any] | None = None
+    error: BaseException | None = None
+    abandoned: bool = False
+
+
+@dataclass
+class Embedder:
+    """The client half (`embed_passages`, `embed_queries`) and the owning actor (`run`)."""
+
+    window: int
+    threads: int = 1
+    restart_base_seconds: float = 1.0
+    restart_max_seconds: float = 30.0
+    version: str | None = None  # known once the child said it is ready
+    dim: int | None = None
+    restarts: int = 0
+    _queries: collections.deque[_Request] = field(default_factory=collections.deque)
+    _batches: collections.deque[_Request] = field(default_factory=collections.deque)
+    _wake: anyio.Event = field(default_factory=anyio.Event)
+    _ready: anyio.Event = field(default_factory=anyio.Event)
+    _closed: bool = False
+    pid: int | None = None
+
+    # ------------------------------------------------------------------ the client half
+
+    async def embed_passages(self, passages: Sequence[tuple[Sequence[str], str]]) -> list[list[str]]:
+        """Vectors (pgvector literals) of every window of each passage, in passage order."""
+        out: list[list[str]] = [[] for _ in passages]
+        for first in range(0, len(passages), BATCH_PASSAGES):
+            part = passages[first:first + BATCH_PASSAGES]
+            reply = await self._call(self._batches, {"op": "passages", "items": [[list(h), t] for h, t in part]},
+                                     len(part))
+            for owner, vector in zip(reply["owners"], reply["vectors"], strict=True):
+                out[first + int(owner)].append(vector)
+        return out
+
+    async def embed_query(self, text: str) -> str:
+        reply = await self._call(self._queries, {"op": "queries", "texts": [text]}, 1)
+        return str(reply["vectors"][0])
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    async def _call(self, queue: collections.deque[_Request], payload: dict[str, Any], items: int
+                    ) -> dict[str, Any]:
+        if self._closed:
+            raise EmbedderUnavailable(message="the embedder is closed")
+        request = _Request(payload, items)
+        queue.append(request)
+        self._wake.set()
+        try:
+            await request.done.wait()
+        except BaseException:
+            request.abandoned = True
+            with contextlib.suppress(ValueError):
+                queue.remove(request)
+            raise
+        if request.error is not None:
+            raise request.error
+        assert request.reply is not None
+        return request.reply
+
+    # ------------------------------------------------------------------ the actor
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep a child and serve requests until cancelled; the caller's task group owns this."""
+        task_status.started()
+        failures = 0
+        try:
+            while True:
+                try:
+                    await self._serve_one_child()
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    self.restarts += 1
+                    delay = min(self.restart_base_seconds * 2 ** (failures - 1), self.restart_max_seconds)
+                    _log.error("embedder child failed (%s, %d in a row); restarting in %.1f s", exc, failures, delay)
+                    self._fail_pending(EmbedderUnavailable(message=f"the embedder child failed: {exc}"), queued=failures > 1)
+                    await anyio.sleep(delay)
+        finally:
+            self._closed = True
+            self._fail_pending(EmbedderUnavailable(message="the embedder is closed"), queued=True)
+
+    def _fail_pending(self, error: EmbedderUnavailable, *, queued: bool) -> None:
+        """Fail queued requests (a child that keeps failing must not leave callers waiting)."""
+        if not queued:
+            return
+        for queue in (self._queries, self._batches):
+            while queue:
+                request = queue.popleft()
+                request.error = error
+                request.done.set()
+
+    async def _serve_one_child(self) -> None:
+        command = [sys.executable, "-m", "knowledge.semantic.child", "--window", str(self.window),
+                   "--threads", str(self.threads)]
+        process = await anyio.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=None, start_new_session=True)
+        self.pid = process.pid
+        reader = _FrameReader(process)
+        try:
+            with anyio.fail_after(START_SECONDS):
+                hello = await reader.frame()
+            if not hello.get("ready"):
+                raise RuntimeError(f"embedder child did not start: {hello}")
+            self.version, self.dim = str(hello["version"]), int(hello["dim"])
+            self._ready.set()
+            while True:
+                request = await self._next()
+                if request.abandoned:
+                    continue
+                body = json.dumps(request.payload, separators=(",", ":")).encode()
+                try:
+                    with anyio.fail_after(REQUEST_BASE_SECONDS + REQUEST_PER_ITEM_SECONDS * request.items):
+                        await process.stdin.send(struct.pack(">I", len(body)) + body)  # type: ignore[union-attr]
+                        reply = await reader.frame()
+                except BaseException as exc:
+                    request.error = EmbedderUnavailable(message=f"the embedder child failed during a request: {exc!r}")
+                    request.done.set()
+                    raise
+                if "error" in reply:
+                    request.error = EmbedderUnavailable(message=f"the embedder child refused a request: {reply['error']}")
+                else:
+                    request.reply = reply
+                request.done.set()
+        finally:
+            self.pid = None
+            with anyio.CancelScope(shield=True):
+                await _close(process)
+
+    async def _next(self) -> _Request:
+        while True:
+            for queue in (self._queries, self._batches):
+                while queue:
+                    request = queue.popleft()
+                    if not request.abandoned:
+                        return request
+            self._wake = anyio.Event()
+            if self._queries or self._batches:
+                continue
+            await self._wake.wait()
+
+
+class _FrameReader:
+    def __init__(self, process: Process) -> None:
+        self.stream = process.stdout
+        self.buffer = bytearray()
+
+    async def _fill(self, size: int) -> None:
+        while len(self.buffer) < size:
+            try:
+                chunk = await self.stream.receive(1 << 20)  # type: ignore[union-attr]
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                raise RuntimeError("the embedder child exited") from None
+            self.buffer += chunk
+
+    async def frame(self) -> dict[str, Any]:
+        await self._fill(4)
+        (size,) = struct.unpack(">I", self.buffer[:4])
+        if size > _MAX_FRAME:
+            raise RuntimeError(f"the embedder child sent a frame of {size} bytes")
+        await self._fill(4 + size)
+        body = bytes(self.buffer[4:4 + size])
+        del self.buffer[:4 + size]
+        reply = json.loads(body)
+        if not isinstance(reply, dict):
+            raise TypeError("the embedder child sent a non-object frame")
+        return reply
+
+
+async def _close(process: Process) -> None:
+    """End the child: close its stdin (it exits on EOF), then kill its group if it lingers; reap."""
+    with contextlib.suppress(Exception):
+        await process.stdin.aclose()  # type: ignore[union-attr]
+    with anyio.move_on_after(2.0):
+        await process.wait()
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with anyio.move_on_after(_REAP_SECONDS):
+            await process.wait()
+    with contextlib.suppress(Exception):
+        await process.aclose()

@@ -1,0 +1,308 @@
+"""The semantic arm (issue 11): isolation inside the ANN query, both arms or neither, re-embedding,
+the embedder child's supervision. Runs the real packaged model in its real child process; skipped
+where the ``semantic`` extra is not installed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pytest
+from anyio.from_thread import start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import rule, run_state_machine_as_test
+
+from knowledge.config import Settings
+from knowledge.errors import ConfigurationError
+from knowledge.ingest import Ingestor
+from knowledge.models import KnowledgeQuery, Sensitivity, TrustLevel
+from knowledge.semantic import enabled
+from knowledge.semantic.arm import SemanticArm
+from knowledge.semantic.encoder import available
+from knowledge.service import KnowledgeService
+from knowledge.store.db import Connection
+from supervisors.embedder import EmbedderUnavailable
+from tests.test_ingest import footprint, nothing_but_inputs, put, writer
+from tests.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
+from tests.test_versions import ParagraphChunker
+
+pytestmark = pytest.mark.skipif(not available(), reason="the semantic extra is not installed")
+
+BACKUPS = """# Disaster recovery
+
+## Restoring a cluster
+
+After losing the machines, bring the cluster back from the saved snapshot file: stop every member,
+run etcdutl snapshot restore on each with the new data directory, then start them again.
+
+## Credentials
+
+The admin account's password is changed with argocd account update-password; the old one stops
+working at once.
+"""
+
+
+def semantic_settings(dsn: str, **kw: Any) -> Settings:
+    return Settings(dsn=dsn, pool_min_size=1, pool_max_size=4, sweep_interval_seconds=None, semantic_arm=True,
+                    embedder_threads=1, application_name=f"ks-{uuid.uuid4().hex[:10]}", **kw)
+
+
+@pytest.fixture
+async def semantic(database_dsn: str) -> AsyncIterator[KnowledgeService]:
+    async with KnowledgeService.open(semantic_settings(database_dsn)) as svc:
+        yield svc
+
+
+def arms(svc: KnowledgeService) -> tuple[Any, SemanticArm]:
+    lexical, sem = svc.searcher.arms
+    assert isinstance(sem, SemanticArm)
+    return lexical, sem
+
+
+async def vectors_of(svc: KnowledgeService, tenant: str, version: str | None = None) -> int:
+    return int(await svc.db.fetchval(
+        "SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1 AND ($2::text IS NULL OR model_version = $2)",
+        tenant, version))
+
+
+async def chunks_without_vectors(svc: KnowledgeService, tenant: str) -> int:
+    return int(await svc.db.fetchval(
+        """SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = $1 AND NOT EXISTS (
+               SELECT 1 FROM knowledge_embeddings e WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id
+                 AND e.model_version = $2)""", tenant, svc.semantic_version))
+
+
+async def ingest(svc: KnowledgeService, tenant: str, text: str, **kw: Any) -> uuid.UUID:
+    ref = await put(svc, tenant, text)
+    doc = await svc.ingest(ref, kw.pop("title", "ops.md"), kw.pop("visibility", "tenant"), writer(tenant),
+                           origin_trust=TrustLevel.USER, **kw)
+    return doc.document_id
+
+
+def q(tenant: str, text: str, **kw: Any) -> KnowledgeQuery:
+    return KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text, **kw)
+
+
+# ------------------------------------------------------------------ the gate, with the arm on
+
+
+class SemanticVisibilityMachine(VisibilityMachine):
+    """The search issue's visibility machine, every search also checked arm by arm: the semantic
+    arm's own candidates — from the exact pass and from the HNSW index with iterative scans — are
+    all admissible, and it withholds nothing admissible (every document matches it somewhat)."""
+
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
+          words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+    def search(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity, words: list[str]) -> None:
+        super().search(tenant, principal, scope, ceiling, words)
+        query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                               text=" ".join(words), sensitivity_ceiling=ceiling)
+        _, sem = arms(self.svc)
+        visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
+        for exact_max in (10**9, 0):  # the exact pass, then the HNSW index
+            sem.exact_max_windows = exact_max
+            found = self.portal.call(sem.search, self.svc.db, query, 50)
+            for c in found:
+                facts = self.docs.get(c.document_id)
+                assert facts is not None, "a semantic candidate from a document this run never ingested"
+                assert admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, principal, scope)
+            assert {c.document_id for c in found} == visible or len(found) == 50
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_gate_visibility_isolation_semantic_arm(database_dsn: str, backend: str) -> None:
+    with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
+            KnowledgeService.open(semantic_settings(database_dsn))) as svc:
+        SemanticVisibilityMachine.portal = portal
+        SemanticVisibilityMachine.svc = svc
+        run_state_machine_as_test(SemanticVisibilityMachine, settings=settings(
+            max_examples=5, stateful_step_count=20, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+# ------------------------------------------------------------------ both arms or neither
+
+
+@pytest.mark.anyio
+async def test_gate_both_arms_or_neither(semantic: KnowledgeService, tenant: str) -> None:
+    """Committed: every chunk has its index rows and its vectors. Cancelled while embedding, failed
+    inside the transaction after the vectors were written, or refused for an unavailable embedder:
+    nothing of it in either arm."""
+    doc = await ingest(semantic, tenant, BACKUPS)
+    fp = await footprint(semantic, tenant)
+    assert fp["chunks"] == fp["index_rows"] > 0
+    assert await chunks_without_vectors(semantic, tenant) == 0 and await vectors_of(semantic, tenant) >= fp["chunks"]
+    lexical, sem = arms(semantic)
+    assert {c.document_id for c in await lexical.search(semantic.db, q(tenant, "snapshot restore"), 50)} == {doc}
+    assert {c.document_id for c in await sem.search(semantic.db, q(tenant, "snapshot restore"), 50)} == {doc}
+
+    other = f"{tenant}-x"
+    # Cancelled while the child embeds (before the transaction opens).
+    ref = await put(semantic, other, BACKUPS)
+    with anyio.move_on_after(0.05):
+        await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
+    # Failed inside the transaction, after the vectors were written.
+
+    async def boom(at: str, conn: Connection) -> None:
+        if at == "before_commit":
+            assert await conn.fetchval("SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", other) > 0
+            raise RuntimeError("injected after the vectors were written")
+
+    semantic.ingestor.fault_hook = boom
+    with pytest.raises(RuntimeError, match="injected"):
+        await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
+    semantic.ingestor.fault_hook = None
+    # Cancelled inside the transaction.
+
+    async def stall(at: str, conn: Connection) -> None:
+        if at == "before_commit":
+            await anyio.sleep(30)
+
+    semantic.ingestor.fault_hook = stall
+    with anyio.move_on_after(2):
+        await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
+    semantic.ingestor.fault_hook = None
+    assert nothing_but_inputs(await footprint(semantic, other))
+    assert await vectors_of(semantic, other) == 0
+    assert await lexical.search(semantic.db, q(other, "snapshot restore"), 50) == []
+    assert await sem.search(semantic.db, q(other, "snapshot restore"), 50) == []
+
+
+@pytest.mark.anyio
+async def test_embedder_death_fails_the_ingest_typed_and_writes_nothing(semantic: KnowledgeService,
+                                                                        tenant: str) -> None:
+    embedder = semantic.embedder
+    assert embedder is not None
+    await ingest(semantic, tenant, BACKUPS)  # the child is up
+    first = embedder.pid
+    assert first is not None
+    ref = await put(semantic, f"{tenant}-k", BACKUPS * 40)  # long enough to be killed mid-request
+
+    async def kill_soon() -> None:
+        await anyio.sleep(0.3)
+        os.killpg(first, signal.SIGKILL)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kill_soon)
+        with pytest.raises(EmbedderUnavailable) as info:
+            await semantic.ingest(ref, "big.md", "tenant", writer(f"{tenant}-k"), origin_trust=TrustLevel.USER)
+    assert info.value.reason == "embedder_unavailable" and getattr(info.value, "transient", False)
+    assert nothing_but_inputs(await footprint(semantic, f"{tenant}-k"))
+    # The actor restarts the child; the same ingest then succeeds.
+    doc = await semantic.ingest(ref, "big.md", "tenant", writer(f"{tenant}-k"), origin_trust=TrustLevel.USER)
+    assert embedder.pid not in (None, first) and embedder.restarts == 1
+    assert await chunks_without_vectors(semantic, f"{tenant}-k") == 0
+    assert doc.document_id in {c.document_id for c in await arms(semantic)[1].search(
+        semantic.db, q(f"{tenant}-k", "restore the cluster from a snapshot"), 10)}
+
+
+@pytest.mark.anyio
+async def test_cancelled_callers_keep_the_child_and_close_reaps_it(database_dsn: str, tenant: str) -> None:
+    async with KnowledgeService.open(semantic_settings(database_dsn)) as svc:
+        await ingest(svc, tenant, BACKUPS)
+        assert svc.embedder is not None
+        pid = svc.embedder.pid
+        for _ in range(5):
+            with anyio.move_on_after(0.01):
+                await svc.search(q(tenant, "how do I recover a lost cluster"))
+        assert await svc.search(q(tenant, "how do I recover a lost cluster"))
+        assert svc.embedder.pid == pid and svc.embedder.restarts == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: gone, not a zombie
+
+
+# ------------------------------------------------------------------ what the arm adds
+
+
+@pytest.mark.anyio
+async def test_semantic_arm_finds_a_paraphrase_lexical_search_misses(semantic: KnowledgeService, tenant: str) -> None:
+    await ingest(semantic, tenant, BACKUPS)
+    await ingest(semantic, tenant, "# Logging\n\nLog lines are written as JSON to standard error.\n", title="log.md")
+    lexical, sem = arms(semantic)
+    question = q(tenant, "what should I do when all my servers died")  # no word shared with the answer
+    assert await lexical.search(semantic.db, question, 50) == []
+    top = (await sem.search(semantic.db, question, 50))[0]
+    assert "snapshot restore" in top.text
+    passages = await semantic.search(question)
+    assert passages and "snapshot restore" in passages[0].text
+
+
+@pytest.mark.anyio
+async def test_as_of_reads_the_vectors_of_the_version_valid_then(semantic: KnowledgeService, tenant: str) -> None:
+    doc = await ingest(semantic, tenant, BACKUPS)
+    between = datetime.now(UTC)
+    ref = await put(semantic, tenant, "# Disaster recovery\n\nCall the on-call engineer; never restore alone.\n")
+    await semantic.ingest(ref, "ops.md", "tenant", writer(tenant), origin_trust=TrustLevel.USER, replaces=doc)
+    _, sem = arms(semantic)
+    then = await sem.search(semantic.db, q(tenant, "restore from the snapshot file", as_of=between), 10)
+    now = await sem.search(semantic.db, q(tenant, "restore from the snapshot file"), 10)
+    assert {c.version for c in then} == {1} and {c.version for c in now} == {2}
+
+
+@pytest.mark.anyio
+async def test_deletion_removes_the_vectors(semantic: KnowledgeService, tenant: str) -> None:
+    doc = await ingest(semantic, tenant, BACKUPS)
+    assert await vectors_of(semantic, tenant) > 0
+    await semantic.delete(doc, writer(tenant))
+    assert await vectors_of(semantic, tenant) == 0
+    assert await arms(semantic)[1].search(semantic.db, q(tenant, "restore the cluster"), 10) == []
+
+
+@pytest.mark.anyio
+async def test_rechunk_embeds_the_new_chunk_set(semantic: KnowledgeService, tenant: str) -> None:
+    doc = await ingest(semantic, tenant, BACKUPS)
+    count = await semantic.rechunk(doc, ParagraphChunker(), writer(tenant))
+    assert count >= 1 and await chunks_without_vectors(semantic, tenant) == 0
+    found = await arms(semantic)[1].search(semantic.db, q(tenant, "change the admin password"), 10)
+    assert found and all(c.chunk_id.startswith("kc_") for c in found)
+    rows = await semantic.db.fetch(
+        "SELECT DISTINCT c.chunker_version FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = ANY($2)",
+        tenant, [c.chunk_id for c in found])
+    assert {r["chunker_version"] for r in rows} == {ParagraphChunker.version}
+
+
+# ------------------------------------------------------------------ re-embedding
+
+
+@pytest.mark.anyio
+async def test_reembedding_under_a_new_model_version_keeps_old_citations(database_dsn: str, tenant: str) -> None:
+    async with KnowledgeService.open(semantic_settings(database_dsn)) as old:
+        await ingest(old, tenant, BACKUPS)
+        cited = [p.chunk_id for p in await old.search(q(tenant, "restore the cluster from a snapshot"))]
+        old_version = old.semantic_version
+        old_vectors = await vectors_of(old, tenant, old_version)
+    assert cited and old_vectors > 0
+    # A new model version (windows of 64 word pieces): a new set of vectors beside the old, from
+    # the stored chunk text, made by the service's backfill and by an explicit reembed.
+    async with KnowledgeService.open(semantic_settings(database_dsn, semantic_window=64)) as new:
+        assert new.semantic_version != old_version
+        await new.reembed(tenant)
+        assert await chunks_without_vectors(new, tenant) == 0
+        assert await vectors_of(new, tenant, old_version) == old_vectors  # the old set is untouched
+        assert await vectors_of(new, tenant, new.semantic_version) >= old_vectors
+        for chunk_id in cited:
+            assert await new.get_chunk(chunk_id, tenant_id=tenant) is not None
+        found = {c.chunk_id for c in await arms(new)[1].search(new.db, q(tenant, "restore from a snapshot"), 10)}
+        assert set(cited) & found
+        assert await new.reembed(tenant) == 0  # nothing left to do
+
+
+def test_semantic_arm_on_needs_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import knowledge.semantic as semantic_pkg
+
+    monkeypatch.setattr(semantic_pkg, "available", lambda: False)
+    with pytest.raises(ConfigurationError, match="semantic extra"):
+        semantic_pkg.enabled(True)
+    assert semantic_pkg.enabled(None) is False and semantic_pkg.enabled(False) is False
+    assert enabled(False) is False
+
+
+def test_ingestor_without_vectors_is_lexical_only() -> None:
+    assert Ingestor.__dataclass_fields__["vectors"].default is None
