@@ -140,7 +140,8 @@ class Embedder:
                     self.restarts += 1
                     delay = min(self.restart_base_seconds * 2 ** (failures - 1), self.restart_max_seconds)
                     _log.error("embedder child failed (%s, %d in a row); restarting in %.1f s", exc, failures, delay)
-                    self._fail_pending(EmbedderUnavailable(message=f"the embedder child failed: {exc}"), queued=failures > 1)
+                    self._fail_pending(EmbedderUnavailable(message=f"the embedder child failed: {exc}"),
+                                       queued=failures > 1)
                     await anyio.sleep(delay)
         finally:
             self._closed = True
@@ -184,7 +185,8 @@ class Embedder:
                     request.done.set()
                     raise
                 if "error" in reply:
-                    request.error = EmbedderUnavailable(message=f"the embedder child refused a request: {reply['error']}")
+                    request.error = EmbedderUnavailable(
+                        message=f"the embedder child refused a request: {reply['error']}")
                 else:
                     request.reply = reply
                 request.done.set()
