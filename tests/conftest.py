@@ -18,6 +18,10 @@ import anyio
 import psutil
 import pytest
 
+# The suite tests lexical behaviour exactly; the semantic arm's tests (tests/test_semantic.py) turn
+# it on explicitly. An explicit KNOWLEDGE_SEMANTIC_ARM in the environment still wins.
+os.environ.setdefault("KNOWLEDGE_SEMANTIC_ARM", "off")
+
 from knowledge.config import Settings
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database, dsn_with_database, ensure_database, open_bridge

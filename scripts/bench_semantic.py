@@ -1,0 +1,249 @@
+"""What the semantic arm costs, and whether filtered ANN keeps a small tenant's recall (issue 11).
+
+    .venv/bin/python scripts/bench_semantic.py [--folder docs-argocd/operator-manual] [--copies 24]
+                                               [--loop trio|asyncio]
+
+On a throwaway embedded PostgreSQL, every Markdown file of ``--folder`` (default: the Argo CD
+operator manual, 157 files, 1.2 MB):
+
+1. **Ingest**, 4 at a time through `KnowledgeService.ingest`: lexical-only into one tenant, then
+   with the arm on into another (same bytes). MB/s and ms per chunk for each, beside the encoder
+   alone in process on the very windows (the arm's floor: what embedding costs without a child,
+   a database or an event loop).
+2. **Search**, the 68 docs-dev questions sequentially after a warm-up: `knowledge.search` lexical-only
+   and fused, each arm alone, and the bare ANN statement (tenant predicate only, query vector
+   precomputed) as the SQL floor. p50 and p99.
+3. **A small tenant in a large table**: the arm's tenant is copied in SQL (artifacts, documents,
+   chunk sets, chunks, vectors; every key is tenant-scoped, so a copy is a tenant of its own) into
+   ``--copies`` other tenants, the HNSW index rebuilt over all of them; then, for the small tenant
+   and for a mid-sized one (``--mid`` copies merged into one tenant, past the exact pass's bound),
+   recall@50 of the arm's chunk lists against an exact pass over the same tenant: HNSW with the
+   default scan (no iteration), with iterative scans (what the arm runs), and the arm itself.
+Asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms
+
+from knowledge.config import Settings
+from knowledge.ingest import prepare
+from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
+from knowledge.semantic.arm import _SCAN_OPTIONS, SemanticArm
+from knowledge.semantic.encoder import DIM, Encoder
+from knowledge.semantic.store import index_name, model_literal
+from knowledge.service import KnowledgeService
+from supervisors.embedded_pg import stop_embedded
+
+LEXICAL, SEMANTIC = "bench-lexical", "bench-semantic"
+WARMUP = 5
+LIMIT = 50
+
+
+async def ingest_folder(svc: KnowledgeService, tenant: str, paths: Sequence[Path]) -> tuple[float, int]:
+    principal = Principal(tenant_id=tenant, principal_id="bench", scopes=frozenset({"knowledge.write"}))
+    refs = [await svc.artifacts.put(tenant, p.read_bytes(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+                                    trust=TrustLevel.USER, file_name=p.name) for p in paths]
+    queue = list(zip(refs, paths, strict=True))
+
+    async def worker() -> None:
+        while queue:
+            ref, path = queue.pop()
+            try:
+                await svc.ingest(ref, path.name, "tenant", principal, origin_trust=TrustLevel.USER)
+            except Exception as exc:
+                print(f"  refused {path.name}: {exc}")
+
+    began = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(worker)
+    seconds = time.perf_counter() - began
+    chunks = await svc.db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", tenant)
+    return seconds, int(chunks)
+
+
+def encoder_floor(paths: Sequence[Path], window: int) -> tuple[float, int, int]:
+    """The encoder alone, in this process, on the very windows ingest embeds."""
+    enc = Encoder(window=window, threads=2)
+    passages = []
+    for p in paths:
+        try:
+            prepared = prepare(p.read_text(encoding="utf-8"), p.name, "markdown")
+        except Exception:
+            continue
+        passages += [(c.draft.heading_path, c.draft.text) for c in prepared.chunks]
+    began = time.perf_counter()
+    vectors, _ = enc.encode_passages(passages)
+    return time.perf_counter() - began, len(passages), len(vectors)
+
+
+async def timed(texts: Sequence[str], run: Callable[[str], Awaitable[Any]]) -> list[float]:
+    for t in texts[:WARMUP]:
+        await run(t)
+    out = []
+    for t in texts:
+        began = time.perf_counter()
+        await run(t)
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def q(tenant: str, text: str) -> KnowledgeQuery:
+    return KnowledgeQuery(tenant_id=tenant, principal_id="bench", text=text)
+
+
+_COPIED = ("artifacts", "knowledge_documents", "knowledge_chunk_sets", "knowledge_chunks", "knowledge_embeddings")
+
+
+async def copy_tenant(svc: KnowledgeService, source: str, target: str, salt: str = "") -> None:
+    """A tenant's rows under another tenant id; with ``salt``, new artifact, document and chunk ids
+    too, so several copies can merge into one tenant."""
+    async with svc.db.transaction() as tx:
+        for table in _COPIED:
+            await tx.execute(f"DROP TABLE IF EXISTS bench_{table}")
+            await tx.execute(f"CREATE TEMP TABLE bench_{table} AS SELECT * FROM {table} WHERE tenant_id = '{source}'")
+            await tx.execute(f"UPDATE bench_{table} SET tenant_id = '{target}'")
+        if salt:
+            await tx.execute(f"UPDATE bench_artifacts SET artifact_id = md5(artifact_id::text || '{salt}')::uuid")
+            await tx.execute(f"""UPDATE bench_knowledge_documents
+                                 SET source_artifact_id = md5(source_artifact_id::text || '{salt}')::uuid""")
+            for table in ("knowledge_documents", "knowledge_chunk_sets", "knowledge_chunks"):
+                await tx.execute(f"UPDATE bench_{table} SET document_id = md5(document_id::text || '{salt}')::uuid")
+            for table in ("knowledge_chunks", "knowledge_embeddings"):
+                await tx.execute(f"UPDATE bench_{table} SET chunk_id = chunk_id || '{salt}'")
+        for table in _COPIED:
+            await tx.execute(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM bench_{table}")
+
+
+async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, texts: Sequence[str],
+                      vectors: Sequence[str]) -> list[str]:
+    version = model_literal(arm.version)
+    base = f"""SELECT e.chunk_id, min(e.embedding::vector({DIM}) <=> $2::vector({DIM})) AS d FROM (
+                 SELECT e.chunk_id, e.embedding FROM knowledge_embeddings e
+                 WHERE e.tenant_id = $1 AND e.model_version = {version}
+                 ORDER BY (e.embedding::vector({DIM}) <=> $2::vector({DIM})) {{tail}} LIMIT {LIMIT * 4}) e
+               GROUP BY e.chunk_id ORDER BY d LIMIT {LIMIT}"""
+    exact_sql = base.replace("{tail}", "+ 0")
+    ann_sql = base.replace("{tail}", "")
+    out = []
+    results: dict[str, list[float]] = {"hnsw, default scan": [], "hnsw, iterative scans": [], "the arm": []}
+    times: dict[str, list[float]] = {k: [] for k in [*results, "exact pass"]}
+    for text, vec in zip(texts, vectors, strict=True):
+        began = time.perf_counter()
+        truth = {r["chunk_id"] for r in await svc.db.fetch(exact_sql, tenant, vec)}
+        times["exact pass"].append(time.perf_counter() - began)
+        for name in results:
+            began = time.perf_counter()
+            if name == "the arm":
+                got = {c.chunk_id for c in await arm.search(svc.db, q(tenant, text), LIMIT)}
+            else:
+                async with svc.db.transaction() as tx:
+                    if name == "hnsw, iterative scans":
+                        await tx.execute(_SCAN_OPTIONS)
+                    got = {r["chunk_id"] for r in await tx.fetch(ann_sql, tenant, vec)}
+            times[name].append(time.perf_counter() - began)
+            results[name].append(len(got & truth) / max(len(truth), 1))
+    windows = await svc.db.fetchval("SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", tenant)
+    out.append(f"tenant {tenant}: {windows} windows")
+    for name in times:
+        recall = sum(results[name]) / len(results[name]) if name in results else 1.0
+        out.append(f"  {name:<24} recall@{LIMIT} {recall:.3f}   p50 {median_ms(times[name]):7.1f} ms   "
+                   f"p99 {p99_ms(times[name]):7.1f} ms")
+    return out
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    paths = sorted((CORPUS / args.folder).glob("**/*.md"))
+    size_mb = sum(p.stat().st_size for p in paths) / 1e6
+    texts = [x["question"] for x in load_docs_dev()]
+    data_dir = Path(tempfile.mkdtemp(prefix="knowledge-bench-semantic-"))
+    out = [f"{len(paths)} files, {size_mb:.2f} MB from {args.folder}; loop={args.loop}"]
+    try:
+        base = dict(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10)
+        async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
+            lex_s, lex_chunks = await ingest_folder(svc, LEXICAL, paths)
+        async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
+            assert svc.embedder is not None
+            await svc.embedder.wait_ready()
+            sem_s, sem_chunks = await ingest_folder(svc, SEMANTIC, paths)
+            floor_s, floor_passages, floor_windows = encoder_floor(paths, svc.settings.semantic_window)
+            out += ["", "ingest (4 concurrent)             seconds     MB/s   ms/chunk   ratio",
+                    f"lexical-only                      {lex_s:7.1f}  {size_mb / lex_s:7.3f}  "
+                    f"{1000 * lex_s / lex_chunks:9.1f}   1.00x",
+                    f"semantic arm on                   {sem_s:7.1f}  {size_mb / sem_s:7.3f}  "
+                    f"{1000 * sem_s / sem_chunks:9.1f}   {lex_s / sem_s:.2f}x of lexical-only",
+                    f"encoder alone, in process         {floor_s:7.1f}  {size_mb / floor_s:7.3f}  "
+                    f"{1000 * floor_s / floor_passages:9.1f}   arm = {floor_s / max(sem_s - lex_s, 1e-9):.2f}x "
+                    f"of its added time is encoding ({floor_windows} windows)"]
+            await svc.db.execute("VACUUM ANALYZE")
+            lexical, sem = svc.searcher.arms
+            assert isinstance(sem, SemanticArm)
+            vectors = [await svc.embedder.embed_query(t) for t in texts]
+            ann_floor = f"""SELECT chunk_id FROM knowledge_embeddings e WHERE tenant_id = $1
+                            AND model_version = {model_literal(sem.version)}
+                            ORDER BY (e.embedding::vector({DIM}) <=> $2::vector({DIM})) + 0 LIMIT {LIMIT * 4}"""
+            by_vec = dict(zip(texts, vectors, strict=True))
+            rows = [
+                ("knowledge.search, fused", await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
+                ("lexical arm alone", await timed(texts, lambda t: lexical.search(svc.db, q(SEMANTIC, t), LIMIT))),
+                ("semantic arm alone (with query embedding)",
+                 await timed(texts, lambda t: sem.search(svc.db, q(SEMANTIC, t), LIMIT))),
+                ("embedding the query (child round trip)", await timed(texts, svc.embedder.embed_query)),
+                ("bare SQL: exact ANN, tenant only", await timed(texts, lambda t: svc.db.fetch(
+                    ann_floor, SEMANTIC, by_vec[t]))),
+            ]
+        async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
+            rows.insert(0, ("knowledge.search, lexical-only", await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))))
+        out += ["", f"search ({len(texts)} docs-dev questions, sequential)   p50 ms   p99 ms"]
+        out += [f"{name:<44} {median_ms(s):7.1f}  {p99_ms(s):7.1f}" for name, s in rows]
+
+        async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
+            lexical, sem = svc.searcher.arms
+            assert isinstance(sem, SemanticArm) and svc.embedder is not None
+            began = time.perf_counter()
+            await svc.db.execute(f"DROP INDEX IF EXISTS {index_name(sem.version)}")
+            for i in range(args.copies):
+                await copy_tenant(svc, SEMANTIC, f"bench-big-{i}")
+            for i in range(args.mid):
+                await copy_tenant(svc, SEMANTIC, "bench-mid", salt=f"c{i}")
+            await svc.db.execute("SET maintenance_work_mem = '512MB'")
+            await svc.db.execute(f"CREATE INDEX {index_name(sem.version)} ON knowledge_embeddings USING hnsw "
+                                 f"((embedding::vector({DIM})) vector_cosine_ops) "
+                                 f"WHERE model_version = {model_literal(sem.version)}")
+            await svc.db.execute("VACUUM ANALYZE")
+            total = await svc.db.fetchval("SELECT count(*) FROM knowledge_embeddings")
+            out += ["", f"{args.copies} copies + a {args.mid}-copy tenant: {total} windows in the table, HNSW "
+                        f"built in {time.perf_counter() - began:.0f}s (copies included)"]
+            vectors = [await svc.embedder.embed_query(t) for t in texts]
+            out += await recall_rows(svc, sem, SEMANTIC, texts, vectors)
+            out += await recall_rows(svc, sem, "bench-mid", texts, vectors)
+    finally:
+        stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folder", default="docs-argocd/operator-manual")
+    parser.add_argument("--copies", type=int, default=24)
+    parser.add_argument("--mid", type=int, default=5)
+    parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    args = parser.parse_args()
+    began = time.perf_counter()
+    print("\n".join(anyio.run(run, args, backend=args.loop)))
+    print(f"\ntotal {time.perf_counter() - began:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
