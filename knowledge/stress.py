@@ -507,7 +507,7 @@ async def run_stress(options: StressOptions) -> StressReport:
             await driver.drain()
             leaks = driver.audit_problems + [f"leak: {leak.why} ({leak.chunk_id}, document {leak.document_id}, "
                                              f"to {leak.principal_id})" for leak in driver.model.leaks()]
-            storage = await audit_storage(svc.db, driver.model, driver.tenants)
+            storage = await audit_storage(svc.db, driver.model, driver.tenants, semantic_version=svc.semantic_version)
             attachments = await audit_attachments(svc.db, driver.marked)
             dsn = svc.db.dsn
         rss_end = psutil.Process().memory_info().rss

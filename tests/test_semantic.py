@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule, run_state_machine_as_test
 
+from knowledge.audit import audit_storage
 from knowledge.config import Settings
 from knowledge.errors import ConfigurationError
 from knowledge.ingest import Ingestor
@@ -171,6 +172,8 @@ async def test_gate_both_arms_or_neither(semantic: KnowledgeService, tenant: str
     semantic.ingestor.fault_hook = None
     assert nothing_but_inputs(await footprint(semantic, other))
     assert await vectors_of(semantic, other) == 0
+    audit = await audit_storage(semantic.db, None, [tenant, other], semantic_version=semantic.semantic_version)
+    assert audit.ok and audit.live_documents == 1, audit
     assert await lexical.search(semantic.db, q(other, "snapshot restore"), 50) == []
     assert await sem.search(semantic.db, q(other, "snapshot restore"), 50) == []
 
