@@ -29,6 +29,7 @@ from knowledge.semantic.encoder import available
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from supervisors.embedder import EmbedderUnavailable
+from tests.test_cli import knowledge  # noqa: F401  (the CLI fixture)
 from tests.test_ingest import footprint, nothing_but_inputs, put, writer
 from tests.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
 from tests.test_versions import ParagraphChunker
@@ -309,3 +310,13 @@ def test_semantic_arm_on_needs_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_ingestor_without_vectors_is_lexical_only() -> None:
     assert Ingestor.__dataclass_fields__["vectors"].default is None
+
+
+def test_cli_reembed_fills_a_tenant_ingested_lexical_only(knowledge: Any, tmp_path: Any) -> None:  # noqa: F811
+    (tmp_path / "ops.md").write_text(BACKUPS)
+    assert knowledge("ingest", str(tmp_path / "ops.md")).code == 0  # the suite runs lexical-only
+    done = knowledge("--json", "docs", "reembed")
+    assert done.code == 0, done.err
+    assert done.json()["chunks"] >= 1 and done.json()["model_version"] == "minilm-l6-v2-w128"
+    again = knowledge("--json", "docs", "reembed")
+    assert again.code == 0 and again.json()["chunks"] == 0

@@ -1,4 +1,4 @@
-"""``knowledge docs list | show | versions | delete | rechunk`` and ``knowledge chunk show``.
+"""``knowledge docs list | show | versions | delete | rechunk | reembed`` and ``knowledge chunk show``.
 
 The operator's view of one tenant (``--tenant``): every document in it, whatever its visibility.
 Deleting and re-chunking act as ``--principal``, who must be the principal that ingested the document.
@@ -200,6 +200,29 @@ def rechunk(
         opts.out.emit_json({"document_id": doc_id, "chunker_version": version, "chunks": count})
     else:
         opts.out.line(f"re-chunked document {doc_id} under {version}: {count} chunk{'s' * (count != 1)}")
+    return 0
+
+
+@docs_app.command("reembed")
+def reembed(
+    ctx: typer.Context,
+    window: Annotated[int | None, typer.Option(help="word pieces per window (another window is another model "
+                                                    "version); default: the configured one")] = None,
+) -> int:
+    """Embed, under the semantic arm's model version, every chunk of the tenant that has no vector under it
+    (ingested with the arm off, or under another version), from stored chunk text. Old vectors stay."""
+    opts = options(ctx)
+
+    async def run() -> tuple[int, str]:
+        overrides = {"semantic_arm": True, **({"semantic_window": window} if window is not None else {})}
+        async with open_service(opts, **overrides) as svc:
+            return await svc.reembed(opts.tenant), str(svc.semantic_version)
+
+    count, version = opts.run(run)
+    if opts.out.json:
+        opts.out.emit_json({"tenant": opts.tenant, "model_version": version, "chunks": count})
+    else:
+        opts.out.line(f"embedded {count} chunk{'s' * (count != 1)} of tenant {opts.tenant} under {version}")
     return 0
 
 
