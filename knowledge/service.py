@@ -89,6 +89,12 @@ from supervisors.parser_pool import ParserPool
 _log = logging.getLogger(__name__)
 
 
+class SemanticStatus(BaseModel):
+    model_version: str
+    child_running: bool
+    restarts: int
+
+
 class Health(BaseModel):
     """What `KnowledgeService.health` reports."""
 
@@ -106,6 +112,8 @@ class Health(BaseModel):
     #: The maintenance worker's supervisor and counters, when this service runs one (``ok`` is
     #: False while one of its actors is crash-looping).
     workers: MaintenanceStatus | None = None
+    #: The semantic arm, when on: its model version, whether its child is up, its restarts.
+    semantic: SemanticStatus | None = None
 
 
 class KnowledgeService:
@@ -443,6 +451,9 @@ class KnowledgeService:
             "schema_expected": expected,
             "pool": self.db.pool_stats(),
             "workers": self.maintenance.snapshot() if self.maintenance else None,
+            "semantic": SemanticStatus(model_version=self.semantic_version, child_running=self.embedder.pid is not None,
+                                       restarts=self.embedder.restarts)
+            if self.embedder is not None and self.semantic_version is not None else None,
         }
         try:
             row = await self.db.fetchrow("SELECT current_setting('server_version') AS v, current_database() AS d")

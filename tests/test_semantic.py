@@ -218,6 +218,8 @@ async def test_cancelled_callers_keep_the_child_and_close_reaps_it(database_dsn:
                 await svc.search(q(tenant, "how do I recover a lost cluster"))
         assert await svc.search(q(tenant, "how do I recover a lost cluster"))
         assert svc.embedder.pid == pid and svc.embedder.restarts == 0
+        health = await svc.health()
+        assert health.semantic is not None and health.semantic.child_running and health.semantic.restarts == 0
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # reaped: gone, not a zombie
 
