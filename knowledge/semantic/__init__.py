@@ -13,7 +13,7 @@ from knowledge.errors import ConfigurationError
 from knowledge.semantic.encoder import available
 
 #: Decided by scripts/eval_retrieval.py (see the README's "Semantic arm" section).
-MEASURED_DEFAULT = False
+MEASURED_DEFAULT = True
 
 
 def enabled(setting: bool | None) -> bool:
