@@ -82,6 +82,9 @@ class Settings(BaseModel):
     #: ``semantic`` extra and pgvector; False is lexical-only; None, the measured default
     #: (`knowledge.semantic.MEASURED_DEFAULT`) where the extra is installed. ``$KNOWLEDGE_SEMANTIC_ARM``.
     semantic_arm: bool | None = Field(default_factory=default_semantic_arm)
+    #: With the arm on, embed at start (in the background) every chunk lacking a vector under its
+    #: model version (ingested with the arm off, or under another version).
+    semantic_backfill: bool = True
     #: Word pieces per embedded window of a passage (0: the whole passage, cut by the model at 256).
     semantic_window: int = Field(default=128, ge=0, le=256)
     #: Threads the embedder child's encoder uses.

@@ -210,7 +210,8 @@ class KnowledgeService:
         writer = VectorWriter(self.embedder, version)
         self.ingestor.vectors = writer
         self.searcher.arms = [LexicalArm(), SemanticArm(self.embedder, version, DIM)]
-        self.start_background("semantic-backfill", self._backfill)
+        if self.settings.semantic_backfill:
+            self.start_background("semantic-backfill", self._backfill)
 
     async def _backfill(self) -> None:
         try:

@@ -52,7 +52,8 @@ working at once.
 
 def semantic_settings(dsn: str, **kw: Any) -> Settings:
     return Settings(dsn=dsn, pool_min_size=1, pool_max_size=4, sweep_interval_seconds=None, semantic_arm=True,
-                    embedder_threads=1, application_name=f"ks-{uuid.uuid4().hex[:10]}", **kw)
+                    semantic_backfill=False, embedder_threads=1, application_name=f"ks-{uuid.uuid4().hex[:10]}",
+                    **kw)
 
 
 @pytest.fixture
@@ -286,7 +287,8 @@ async def test_reembedding_under_a_new_model_version_keeps_old_citations(databas
         old_vectors = await vectors_of(old, tenant, old_version)
     assert cited and old_vectors > 0
     # A new model version (windows of 64 word pieces): a new set of vectors beside the old, from
-    # the stored chunk text, made by the service's backfill and by an explicit reembed.
+    # the stored chunk text, made by an explicit reembed (the suite's services run no backfill: the
+    # shared test database holds every other test's chunks).
     async with KnowledgeService.open(semantic_settings(database_dsn, semantic_window=64)) as new:
         assert new.semantic_version != old_version
         await new.reembed(tenant)

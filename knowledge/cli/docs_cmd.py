@@ -214,7 +214,9 @@ def reembed(
     opts = options(ctx)
 
     async def run() -> tuple[int, str]:
-        overrides = {"semantic_arm": True, **({"semantic_window": window} if window is not None else {})}
+        overrides: dict[str, object] = {"semantic_arm": True, "semantic_backfill": False}
+        if window is not None:
+            overrides["semantic_window"] = window
         async with open_service(opts, **overrides) as svc:
             return await svc.reembed(opts.tenant), str(svc.semantic_version)
 
