@@ -93,10 +93,8 @@ async def chunks_missing(db: Database, version: str, limit: int, tenant: str | N
     return [(r["tenant_id"], r["chunk_id"], tuple(r["heading_path"]), r["text"]) for r in found]
 
 
-_INSERT_MISSING_SQL = """
-INSERT INTO knowledge_embeddings (tenant_id, chunk_id, model_version, window_no, embedding)
-SELECT $1, r.chunk_id, $2, r.window_no, r.v::vector
-FROM unnest($3::text[], $4::int[], $5::text[]) AS r(chunk_id, window_no, v)
+# Re-embedding's write: `_INSERT_SQL`, skipping chunks deleted meanwhile and rows written meanwhile.
+_INSERT_MISSING_SQL = _INSERT_SQL.rstrip() + """
 WHERE EXISTS (SELECT 1 FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = r.chunk_id)
 ON CONFLICT DO NOTHING
 """
@@ -116,13 +114,6 @@ async def insert_missing(db: Database, tenant: str, version: str, chunk_ids: Seq
                 raise
         else:
             return
-
-
-async def missing_count(db: Database, version: str) -> int:
-    return int(await db.fetchval(
-        """SELECT count(*) FROM knowledge_chunks c WHERE NOT EXISTS (
-               SELECT 1 FROM knowledge_embeddings e
-               WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $1)""", version))
 
 
 @dataclass(frozen=True)
