@@ -13,23 +13,31 @@ admissible chunks are found. The predicates are in the SQL that fetches candidat
 filtered after ranking.
 
 Arms return ranked candidates into reciprocal-rank fusion (`knowledge.ranking`), so a semantic arm
-plugs in beside the lexical one by configuration.
+plugs in beside the lexical one by configuration. An arm that cannot answer for now raises
+`ArmUnavailable` (the semantic arm while its embedder child restarts): the search goes on with the
+arms that answered, fused as if only they were configured — exactly the lexical-only search, never a
+failed one — and `Searcher.without` counts it per arm (`KnowledgeService.health` reports it).
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
+from knowledge.errors import KnowledgeError
 from knowledge.ingest import TS_CONFIG
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
 from knowledge.ranking import KNOWLEDGE_V1, Candidate, RankingPolicy, rank, select
 from knowledge.store.db import Database, Record
+
+_log = logging.getLogger(__name__)
 
 #: BM25 parameters (Lucene's idf, as bm25s uses).
 BM25_K1 = 1.2
@@ -114,6 +122,15 @@ class ArmResult:
     candidates: list[Candidate]
 
 
+class ArmUnavailable(Exception):
+    """An arm cannot answer for now; the search goes on without it (see the module docstring).
+    ``error`` is the typed reason, raised should no arm answer."""
+
+    def __init__(self, error: KnowledgeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Arm(Protocol):
     @property
     def name(self) -> str: ...
@@ -173,16 +190,31 @@ class Searcher:
     policy: RankingPolicy = KNOWLEDGE_V1
     arm_limit: int = ARM_LIMIT
 
+    #: Searches that went on without an arm (`ArmUnavailable`), by arm name.
+    without: Counter[str] = field(default_factory=Counter)
+
     async def candidates(self, query: KnowledgeQuery) -> list[Candidate]:
-        """Every arm's candidates, the arms running concurrently in this call's task group."""
+        """Every answering arm's candidates, merged."""
+        return (await self.gather(query))[0]
+
+    async def gather(self, query: KnowledgeQuery) -> tuple[list[Candidate], int]:
+        """Every arm's candidates, the arms running concurrently in this call's task group, and how
+        many arms answered (an `ArmUnavailable` arm did not; any other failure is raised, unwrapped,
+        the other arms cancelled)."""
         if len(self.arms) == 1:
-            return merge_arms([ArmResult(self.arms[0].name, await self.arms[0].search(self.db, query, self.arm_limit))])
+            arm = self.arms[0]
+            return merge_arms([ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit))]), 1
         results: list[ArmResult | None] = [None] * len(self.arms)
         errors: list[Exception] = []
+        down: list[ArmUnavailable] = []
 
         async def one(i: int, arm: Arm, tg: TaskGroup) -> None:
             try:
                 results[i] = ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit))
+            except ArmUnavailable as exc:
+                down.append(exc)
+                self.without[arm.name] += 1
+                _log.warning("a search went on without the %s arm: %s", arm.name, exc)
             except Exception as exc:  # the first failure, raised unwrapped; the other arms stop
                 errors.append(exc)
                 tg.cancel_scope.cancel()
@@ -192,13 +224,16 @@ class Searcher:
                 tg.start_soon(one, i, arm, tg)
         if errors:
             raise errors[0]
-        return merge_arms([r for r in results if r is not None])
+        answered = [r for r in results if r is not None]
+        if not answered:
+            raise down[0].error
+        return merge_arms(answered), len(answered)
 
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """Ranked, capped, floored and budgeted passages; never truncated."""
-        candidates = await self.candidates(query)
+        candidates, n_arms = await self.gather(query)
         today = (query.as_of or datetime.now(UTC)).date()
-        ranked = rank(candidates, current_scope=query.current_scope, today=today, n_arms=len(self.arms),
+        ranked = rank(candidates, current_scope=query.current_scope, today=today, n_arms=n_arms,
                       policy=self.policy)
         strengths = {c.chunk_id: c.strength for c in candidates}
         return select(ranked, min_score=query.min_score, max_passages=query.max_passages,

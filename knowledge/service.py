@@ -93,6 +93,8 @@ class SemanticStatus(BaseModel):
     model_version: str
     child_running: bool
     restarts: int
+    #: Searches answered by the lexical arm alone because the embedder could not answer in time.
+    searches_without_arm: int = 0
 
 
 class Health(BaseModel):
@@ -453,7 +455,8 @@ class KnowledgeService:
             "pool": self.db.pool_stats(),
             "workers": self.maintenance.snapshot() if self.maintenance else None,
             "semantic": SemanticStatus(model_version=self.semantic_version, child_running=self.embedder.pid is not None,
-                                       restarts=self.embedder.restarts)
+                                       restarts=self.embedder.restarts,
+                                       searches_without_arm=self.searcher.without[SemanticArm.name])
             if self.embedder is not None and self.semantic_version is not None else None,
         }
         try:

@@ -6,9 +6,10 @@ with secret-bearing, unsupported, empty and untrusted inputs mixed in), searcher
 principals, projects, visibilities and sensitivities, versioners, deleters, attachment senders,
 and the service's own maintenance workers. With ``faults``, an injector cancels operations in
 flight, terminates database backends mid-transaction, restarts the embedded server and SIGKILLs
-parser children. Every action updates the `knowledge.audit.AccessModel`; afterwards (and every
-``audit_every`` seconds) the invariant audit runs. `kill_host` runs the other fault mode: a host
-process SIGKILLed mid-ingest and restarted, with nothing acknowledged lost and nothing partial.
+parser children (and, with the semantic arm on, the embedder child). Every action updates the
+`knowledge.audit.AccessModel`; afterwards (and every ``audit_every`` seconds) the invariant audit
+runs. `kill_host` runs the other fault mode: a host process SIGKILLed mid-ingest and restarted,
+with nothing acknowledged lost and nothing partial.
 """
 
 from __future__ import annotations
@@ -393,11 +394,11 @@ class Driver:
     async def injector(self) -> None:
         low, high = self.options.fault_every
         last_restart = 0.0
-        first = ["terminate", "restart", "kill_parsers"]  # each kind at least once, then at random
+        kinds = ["terminate", "restart", "kill_parsers", *(["kill_embedder"] if self.svc.embedder else [])]
+        first = list(kinds)  # each kind at least once, then at random (terminations twice as often)
         while self.until_deadline():
             await anyio.sleep(self.random.uniform(low, high))
-            choice = first.pop(0) if first else self.random.choice(("terminate", "terminate", "kill_parsers",
-                                                                    "restart"))
+            choice = first.pop(0) if first else self.random.choice(("terminate", *kinds))
             if choice == "restart" and (self.svc.embedded_server is None or self.clock() - last_restart < 8):
                 choice = "terminate"
             with contextlib.suppress(Exception):
@@ -412,6 +413,10 @@ class Driver:
                         with contextlib.suppress(psutil.Error):
                             if "parsers.child" in " ".join(child.cmdline()):
                                 child.send_signal(signal.SIGKILL)
+                elif choice == "kill_embedder":
+                    assert self.svc.embedder is not None
+                    if self.svc.embedder.pid is not None:
+                        os.killpg(self.svc.embedder.pid, signal.SIGKILL)
                 else:
                     assert self.svc.embedded_server is not None
                     data_dir = self.svc.settings.data_dir

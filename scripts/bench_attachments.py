@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,7 +31,7 @@ from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 from knowledge.worker import AttachmentWorker, WorkerOptions
-from supervisors.embedded_pg import stop_embedded
+from supervisors.embedded_pg import throwaway_data_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 MEDIA = {".md": "text/markdown", ".pdf": "application/pdf"}
@@ -121,9 +119,6 @@ async def through_workers(svc: KnowledgeService, corpus: str, paths: list[Path],
 async def run(args: argparse.Namespace) -> list[list[Row]]:
     """Every measurement ``repeat`` times, interleaved (direct, then workers, per round), so that a noisy
     machine slows both alike; returns the rounds of each (corpus, path, concurrency)."""
-    data_dir = None if args.dsn else Path(tempfile.mkdtemp(prefix="knowledge-bench-"))
-    settings = Settings(dsn=args.dsn, data_dir=data_dir or Path("."), sweep_interval_seconds=None,
-                        pool_max_size=max(4, max(args.workers) + 2))
     measured: dict[tuple[str, str, int], list[Row]] = {}
 
     def keep(row: Row) -> None:
@@ -131,7 +126,9 @@ async def run(args: argparse.Namespace) -> list[list[Row]]:
 
     corpora = [("docs-etcd (Markdown)", markdown_files(), args.repeat),
                ("pdf (text)", pdf_files(args.large), args.pdf_repeat)]
-    try:
+    with throwaway_data_dir("knowledge-bench-", dsn=args.dsn) as data_dir:
+        settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None,
+                            pool_max_size=max(4, max(args.workers) + 2))
         async with KnowledgeService.open(settings) as svc:
             for corpus, paths, repeat in corpora:
                 await direct(svc, corpus, paths[:3], 1)  # warm-up: connections, spares, caches
@@ -141,10 +138,6 @@ async def run(args: argparse.Namespace) -> list[list[Row]]:
                         upload_row, worker_row = await through_workers(svc, corpus, paths, n)
                         keep(upload_row)
                         keep(worker_row)
-    finally:
-        if data_dir is not None:
-            stop_embedded(data_dir)
-            shutil.rmtree(data_dir, ignore_errors=True)
     return list(measured.values())
 
 

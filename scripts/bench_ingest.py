@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -25,7 +23,7 @@ from knowledge.config import Settings
 from knowledge.ingest import TS_CONFIG, prepare
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import stop_embedded
+from supervisors.embedded_pg import throwaway_data_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
@@ -111,10 +109,9 @@ async def copy_floor(svc: KnowledgeService, per_doc: list[list[tuple[object, ...
 async def run(args: argparse.Namespace) -> None:
     paths = files()
     total_mb = sum(p.stat().st_size for p in paths) / 1e6
-    data_dir = None if args.dsn else Path(tempfile.mkdtemp(prefix="knowledge-bench-"))
-    settings = Settings(dsn=args.dsn, data_dir=data_dir or Path("."), sweep_interval_seconds=None,
-                        pool_max_size=max(4, args.concurrency + 2))
-    try:
+    with throwaway_data_dir("knowledge-bench-", dsn=args.dsn) as data_dir:
+        settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None,
+                            pool_max_size=max(4, args.concurrency + 2))
         async with KnowledgeService.open(settings) as svc:
             rows: list[tuple[str, float, float, str]] = []
 
@@ -143,10 +140,6 @@ async def run(args: argparse.Namespace) -> None:
             rows.append((f"knowledge.ingest, {args.concurrency} at a time", t_conc, total_mb / t_conc,
                          f"{t_floor / t_conc:.2f}x"))
             rows.append(("  of which normalize+scan+chunk (in process)", pure, total_mb / pure, "-"))
-    finally:
-        if data_dir is not None:
-            stop_embedded(data_dir)
-            shutil.rmtree(data_dir, ignore_errors=True)
 
     print(f"corpus: {len(paths)} Markdown files, {total_mb:.2f} MB, {chunks} chunks, {tokens} tokens "
           f"({refused} refused); loop={args.loop}")

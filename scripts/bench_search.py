@@ -27,13 +27,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -44,6 +41,7 @@ from retrieval_data import (
     load_scifact,
     median_ms,
     p99_ms,
+    print_run,
     scifact_sources,
 )
 
@@ -51,7 +49,7 @@ from knowledge.chunking import chunk_id
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import stop_embedded
+from supervisors.embedded_pg import throwaway_data_dir
 
 SOURCE_TENANT = "bench-source"
 TENANTS = [f"bench-t{i}" for i in range(10)]
@@ -331,10 +329,9 @@ def table(results: list[Result]) -> list[str]:
 
 
 async def run(args: argparse.Namespace) -> list[str]:
-    data_dir = Path(tempfile.mkdtemp(prefix="knowledge-bench-search-"))
-    settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=args.concurrency + 2)
     out: list[str] = []
-    try:
+    with throwaway_data_dir("knowledge-bench-search-") as data_dir:
+        settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=args.concurrency + 2)
         async with KnowledgeService.open(settings) as svc:
             scifact = load_scifact()
             began = time.perf_counter()
@@ -362,9 +359,6 @@ async def run(args: argparse.Namespace) -> list[str]:
                     slow = max(range(len(texts)), key=lambda i: arm.seconds[i])
                     for i in (mid, slow):
                         out += await explain(svc, *texts[i])
-    finally:
-        stop_embedded(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
     return out
 
 
@@ -376,11 +370,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     parser.add_argument("--explain", action="store_true")
-    args = parser.parse_args()
-    began = time.perf_counter()
-    lines = anyio.run(run, args, backend=args.loop)
-    print("\n".join(lines))
-    print(f"\ntotal {time.perf_counter() - began:.0f}s")
+    print_run(run, parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -25,15 +25,13 @@ Asserts nothing about time.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
-from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms
+from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms, print_run
 
 from knowledge.config import Settings
 from knowledge.ingest import prepare
@@ -42,7 +40,7 @@ from knowledge.semantic.arm import _SCAN_OPTIONS, SemanticArm
 from knowledge.semantic.encoder import DIM, Encoder
 from knowledge.semantic.store import index_name, model_literal
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import stop_embedded
+from supervisors.embedded_pg import throwaway_data_dir
 
 LEXICAL, SEMANTIC = "bench-lexical", "bench-semantic"
 WARMUP = 5
@@ -166,10 +164,9 @@ async def run(args: argparse.Namespace) -> list[str]:
     paths = sorted((CORPUS / args.folder).glob("**/*.md"))
     size_mb = sum(p.stat().st_size for p in paths) / 1e6
     texts = [x["question"] for x in load_docs_dev()]
-    data_dir = Path(tempfile.mkdtemp(prefix="knowledge-bench-semantic-"))
     out = [f"{len(paths)} files, {size_mb:.2f} MB from {args.folder}; loop={args.loop}"]
-    try:
-        base = dict(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10)
+    with throwaway_data_dir("knowledge-bench-semantic-") as data_dir:
+        base = dict(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10, semantic_backfill=False)
         async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
             lex_s, lex_chunks = await ingest_folder(svc, LEXICAL, paths)
         async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
@@ -202,10 +199,12 @@ async def run(args: argparse.Namespace) -> list[str]:
                 ("bare SQL: exact ANN, tenant only", await timed(texts, lambda t: svc.db.fetch(
                     ann_floor, SEMANTIC, by_vec[t]))),
             ]
+            degraded = svc.searcher.without[sem.name]
         async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
             rows.insert(0, ("knowledge.search, lexical-only", await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))))
         out += ["", f"search ({len(texts)} docs-dev questions, sequential)   p50 ms   p99 ms"]
         out += [f"{name:<44} {median_ms(s):7.1f}  {p99_ms(s):7.1f}" for name, s in rows]
+        out.append(f"(fused searches that went on without the semantic arm: {degraded})")
 
         async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
             lexical, sem = svc.searcher.arms
@@ -227,9 +226,6 @@ async def run(args: argparse.Namespace) -> list[str]:
             vectors = [await svc.embedder.embed_query(t) for t in texts]
             out += await recall_rows(svc, sem, SEMANTIC, texts, vectors)
             out += await recall_rows(svc, sem, "bench-mid", texts, vectors)
-    finally:
-        stop_embedded(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
     return out
 
 
@@ -239,10 +235,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=24)
     parser.add_argument("--mid", type=int, default=5)
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
-    args = parser.parse_args()
-    began = time.perf_counter()
-    print("\n".join(anyio.run(run, args, backend=args.loop)))
-    print(f"\ntotal {time.perf_counter() - began:.0f}s")
+    print_run(run, parser.parse_args())
 
 
 if __name__ == "__main__":

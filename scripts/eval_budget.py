@@ -26,14 +26,10 @@ counters (`KnowledgeService.budget_pressure`) are checked against the in-memory 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-import anyio
-from retrieval_data import answers, docs_sources, ingest_sources, load_docs_dev
+from retrieval_data import answers, docs_sources, ingest_sources, load_docs_dev, print_run
 
 from knowledge.budget import KNOWLEDGE, PressureTally, allocate_turn
 from knowledge.config import Settings
@@ -41,7 +37,7 @@ from knowledge.memory_boundary import Belief
 from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.service import KnowledgeService
 from knowledge.turn import TurnRequest, class_allowance
-from supervisors.embedded_pg import stop_embedded
+from supervisors.embedded_pg import throwaway_data_dir
 
 TENANT = "eval-budget"
 PRINCIPAL = "eval"
@@ -80,10 +76,9 @@ def table(questions: list[dict[str, object]], retrieved: list[list[RetrievedPass
 
 
 async def run(args: argparse.Namespace) -> list[str]:
-    data_dir = Path(tempfile.mkdtemp(prefix="knowledge-eval-budget-"))
-    settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=8)
     out: list[str] = []
-    try:
+    with throwaway_data_dir("knowledge-eval-budget-") as data_dir:
+        settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=8)
         async with KnowledgeService.open(settings) as svc:
             began = time.perf_counter()
             docs, refused = await ingest_sources(svc, TENANT, docs_sources())
@@ -119,9 +114,6 @@ async def run(args: argparse.Namespace) -> list[str]:
                        f"{stored.yielded_turns}/{stored.knowledge_turns} turns yielded ({stored.yield_rate:.0%}), "
                        f"{stored.passages_yielded}/{stored.passages_admitted} passages, {stored.tokens_yielded} "
                        f"tokens; matches the in-memory tally: {same}")
-    finally:
-        stop_embedded(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
     return out
 
 
@@ -136,10 +128,7 @@ def main() -> None:
     parser.add_argument("--belief-tokens", type=int, default=25)
     parser.add_argument("--check", type=_ints, default=[3000, 2000], help="region,beliefs for the end-to-end run")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
-    args = parser.parse_args()
-    began = time.perf_counter()
-    print("\n".join(anyio.run(run, args, backend=args.loop)))
-    print(f"\ntotal {time.perf_counter() - began:.0f}s")
+    print_run(run, parser.parse_args())
 
 
 if __name__ == "__main__":

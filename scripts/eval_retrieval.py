@@ -25,16 +25,12 @@ The baselines use a GIN index on knowledge_chunk_index.tsv created here (the sch
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import anyio
 from retrieval_data import (
     BASELINE_SQL,
     GIN_SQL,
@@ -48,6 +44,7 @@ from retrieval_data import (
     load_scifact,
     median_ms,
     ndcg_at_k,
+    print_run,
     recall_at_k,
     scifact_sources,
     timed,
@@ -57,7 +54,7 @@ from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
 from knowledge.search import BM25_B, BM25_K1
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import stop_embedded
+from supervisors.embedded_pg import throwaway_data_dir
 
 SCIFACT_TENANT = "eval-scifact"
 DOCS_TENANT = "eval-docs"
@@ -282,11 +279,10 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
 
 
 async def run(args: argparse.Namespace) -> list[str]:
-    data_dir = Path(tempfile.mkdtemp(prefix="knowledge-eval-"))
-    settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10,
-                        semantic_arm=args.semantic)
     out: list[str] = []
-    try:
+    with throwaway_data_dir("knowledge-eval-") as data_dir:
+        settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10,
+                            semantic_arm=args.semantic)
         async with KnowledgeService.open(settings) as svc:
             scifact = None if args.skip_scifact else load_scifact()
             sci_corpus = docs_corpus = None
@@ -303,9 +299,6 @@ async def run(args: argparse.Namespace) -> list[str]:
                 out += ["", *await eval_scifact(svc, scifact, sci_corpus)]
             if docs_corpus is not None:
                 out += ["", *await eval_docs(svc, docs_corpus)]
-    finally:
-        stop_embedded(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
     return out
 
 
@@ -316,11 +309,7 @@ def main() -> None:
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     parser.add_argument("--semantic", action=argparse.BooleanOptionalAction, default=False,
                         help="run the semantic arm beside the lexical one (needs the semantic extra)")
-    args = parser.parse_args()
-    began = time.perf_counter()
-    lines = anyio.run(run, args, backend=args.loop)
-    print("\n".join(lines))
-    print(f"\ntotal {time.perf_counter() - began:.0f}s")
+    print_run(run, parser.parse_args())
 
 
 if __name__ == "__main__":

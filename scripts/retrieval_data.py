@@ -8,6 +8,7 @@ PyStemmer come from the project's ``eval`` extra (``pip install -e .[eval]``).
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import math
@@ -136,6 +137,13 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
     began = time.perf_counter()
     result = await fn()
     return result, time.perf_counter() - began
+
+
+def print_run(run: Callable[[argparse.Namespace], Awaitable[list[str]]], args: argparse.Namespace) -> None:
+    """A script's main: ``run(args)`` under ``args.loop``, its lines printed, then the total time."""
+    began = time.perf_counter()
+    print("\n".join(anyio.run(run, args, backend=args.loop)))
+    print(f"\ntotal {time.perf_counter() - began:.0f}s")
 
 
 # --------------------------------------------------------------------------- ingest through the real path

@@ -21,8 +21,10 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,6 +247,22 @@ def stop_embedded(data_dir: Path) -> bool:
     with PostgresServer._lock, contextlib.suppress(FileNotFoundError):
         (pgdata / _HANDLES).write_text("[]")
     return True
+
+
+@contextlib.contextmanager
+def throwaway_data_dir(prefix: str = "knowledge-", *, dsn: str | None = None) -> Iterator[Path]:
+    """A fresh data folder for one run's embedded server (a benchmark's, an evaluation's); on exit
+    the server is stopped and the folder removed. With an external ``dsn`` nothing is created:
+    the current folder is yielded (the service then starts no server)."""
+    if dsn is not None:
+        yield Path(".")
+        return
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        stop_embedded(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def restart_embedded(data_dir: Path) -> float:

@@ -83,7 +83,13 @@ class Embedder:
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _ready: anyio.Event = field(default_factory=anyio.Event)
     _closed: bool = False
+    _serving: bool = False
     pid: int | None = None
+
+    @property
+    def serving(self) -> bool:
+        """A child has loaded the model and is serving requests (not starting, not restarting)."""
+        return self._serving
 
     # ------------------------------------------------------------------ the client half
 
@@ -140,17 +146,15 @@ class Embedder:
                     self.restarts += 1
                     delay = min(self.restart_base_seconds * 2 ** (failures - 1), self.restart_max_seconds)
                     _log.error("embedder child failed (%s, %d in a row); restarting in %.1f s", exc, failures, delay)
-                    self._fail_pending(EmbedderUnavailable(message=f"the embedder child failed: {exc}"),
-                                       queued=failures > 1)
+                    if failures > 1:  # a child that keeps failing must not leave callers waiting
+                        self._fail_queued(EmbedderUnavailable(message=f"the embedder child failed: {exc}"))
                     await anyio.sleep(delay)
         finally:
             self._closed = True
-            self._fail_pending(EmbedderUnavailable(message="the embedder is closed"), queued=True)
+            self._fail_queued(EmbedderUnavailable(message="the embedder is closed"))
 
-    def _fail_pending(self, error: EmbedderUnavailable, *, queued: bool) -> None:
-        """Fail queued requests (a child that keeps failing must not leave callers waiting)."""
-        if not queued:
-            return
+    def _fail_queued(self, error: EmbedderUnavailable) -> None:
+        """Fail every request not yet sent to a child."""
         for queue in (self._queries, self._batches):
             while queue:
                 request = queue.popleft()
@@ -171,6 +175,7 @@ class Embedder:
                 raise RuntimeError(f"embedder child did not start: {hello}")
             self.version, self.dim = str(hello["version"]), int(hello["dim"])
             self._ready.set()
+            self._serving = True
             while True:
                 request = await self._next()
                 if request.abandoned:
@@ -191,7 +196,7 @@ class Embedder:
                     request.reply = reply
                 request.done.set()
         finally:
-            self.pid = None
+            self.pid, self._serving = None, False
             with anyio.CancelScope(shield=True):
                 await _close(process)
 

@@ -23,6 +23,7 @@ from knowledge.config import Settings
 from knowledge.errors import ConfigurationError
 from knowledge.ingest import Ingestor
 from knowledge.models import KnowledgeQuery, Sensitivity, TrustLevel
+from knowledge.search import Searcher
 from knowledge.semantic import enabled
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import available
@@ -223,6 +224,62 @@ async def test_cancelled_callers_keep_the_child_and_close_reaps_it(database_dsn:
         assert health.semantic is not None and health.semantic.child_running and health.semantic.restarts == 0
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # reaped: gone, not a zombie
+
+
+def ranking(passages: Any) -> list[tuple[str, float]]:
+    return [(p.chunk_id, round(p.score, 9)) for p in passages]
+
+
+async def until_serving(svc: KnowledgeService) -> None:
+    assert svc.embedder is not None
+    with anyio.fail_after(120):
+        while not svc.embedder.serving:  # noqa: ASYNC110  (a test polling the actor's state)
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_searches_go_on_lexical_only_while_the_embedder_child_is_replaced(semantic: KnowledgeService,
+                                                                               tenant: str) -> None:
+    await ingest(semantic, tenant, BACKUPS)
+    await ingest(semantic, tenant, "# Snapshots\n\nA snapshot of the cluster is taken with etcdctl.\n", title="s.md")
+    embedder = semantic.embedder
+    assert embedder is not None and embedder.pid is not None
+    lexical, _ = arms(semantic)
+    question = q(tenant, "restore the cluster from a snapshot")
+    fused = ranking(await semantic.search(question))
+    lexical_only = ranking(await Searcher(semantic.db, [lexical]).search(question))
+    assert fused and lexical_only and fused != lexical_only  # the arm changes this ranking
+    first = embedder.pid
+    os.killpg(first, signal.SIGKILL)
+    # The search that finds the child dead, and those while the next one loads, answer lexical-only.
+    assert ranking(await semantic.search(question)) == lexical_only
+    assert not embedder.serving
+    assert ranking(await semantic.search(question)) == lexical_only
+    health = await semantic.health()
+    assert health.semantic is not None and health.semantic.searches_without_arm == 2
+    await until_serving(semantic)
+    assert embedder.pid not in (None, first) and embedder.restarts == 1
+    assert ranking(await semantic.search(question)) == fused
+
+
+@pytest.mark.anyio
+async def test_a_stalled_query_embedding_gives_up_without_a_restart(semantic: KnowledgeService, tenant: str) -> None:
+    await ingest(semantic, tenant, BACKUPS)
+    embedder = semantic.embedder
+    assert embedder is not None and embedder.pid is not None
+    lexical, sem = arms(semantic)
+    sem.query_wait_seconds = 0.5
+    question = q(tenant, "restore the cluster from a snapshot")
+    fused = ranking(await semantic.search(question))
+    os.killpg(embedder.pid, signal.SIGSTOP)  # a child that does not answer in time
+    try:
+        assert ranking(await semantic.search(question)) == ranking(await Searcher(semantic.db, [lexical]).search(
+            question))
+    finally:
+        os.killpg(embedder.pid, signal.SIGCONT)
+    # The late reply is read and discarded; the same child serves the next search.
+    assert ranking(await semantic.search(question)) == fused
+    assert embedder.restarts == 0 and semantic.searcher.without["semantic"] == 1
 
 
 # ------------------------------------------------------------------ what the arm adds

@@ -17,23 +17,30 @@ One statement per search, in a transaction that sets pgvector's scan options loc
 A tenant with at most `EXACT_MAX_WINDOWS` windows of the version is searched exactly instead (a
 sequential pass over its rows through the (tenant, model) btree, a few milliseconds): an
 approximate graph over the whole table has nothing to offer a tenant that small, and this keeps
-its recall at 1.0 however large the rest of the table grows (`scripts/bench_search.py` measures
+its recall at 1.0 however large the rest of the table grows (`scripts/bench_semantic.py` measures
 both paths).
 
 Strength (the relevance floor's evidence): ``(cosine - floor) / (1 - floor)`` clamped to 0..1, with
 ``floor`` = `COSINE_FLOOR`: below it a window is no evidence at all.
+
+The arm never makes a search wait on the model: while no embedder child serves (the service just
+started, or a dead child is being replaced) it raises `knowledge.search.ArmUnavailable` at once, and
+if the query's vector takes longer than `QUERY_WAIT_SECONDS` (a child busy past one ingest batch) it
+gives up the same way; the search then goes on lexical-only and is counted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import anyio
+
 from knowledge.models import KnowledgeQuery
 from knowledge.ranking import Candidate
-from knowledge.search import ADMIT, LIVE_SET, candidate_from_row
+from knowledge.search import ADMIT, LIVE_SET, ArmUnavailable, candidate_from_row
 from knowledge.semantic.store import model_literal
 from knowledge.store.db import Database
-from supervisors.embedder import Embedder
+from supervisors.embedder import Embedder, EmbedderUnavailable
 
 #: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.
 COSINE_FLOOR = 0.2
@@ -42,6 +49,9 @@ EXACT_MAX_WINDOWS = 20_000
 WINDOWS_PER_CHUNK = 4
 EF_SEARCH = 100
 MAX_SCAN_TUPLES = 40_000
+#: How long a search waits for its query's vector: a query is served before ingest batches, so it
+#: waits for at most the batch in flight (about a second on 2 busy cores) plus its own ~20 ms.
+QUERY_WAIT_SECONDS = 5.0
 
 
 def _sql(version: str, dim: int, exact: bool) -> str:
@@ -92,13 +102,27 @@ class SemanticArm:
     name: str = "semantic"
     exact_max_windows: int = EXACT_MAX_WINDOWS
     cosine_floor: float = COSINE_FLOOR
+    query_wait_seconds: float = QUERY_WAIT_SECONDS
 
     def __post_init__(self) -> None:
         self._ann = _sql(self.version, self.dim, exact=False)
         self._exact = _sql(self.version, self.dim, exact=True)
 
+    async def _query_vector(self, text: str) -> str:
+        """The query's vector, or `ArmUnavailable` at once while no child serves (starting,
+        restarting) and after `query_wait_seconds` (a child busy past one batch)."""
+        if not self.embedder.serving:
+            raise ArmUnavailable(EmbedderUnavailable(message="the embedder child is starting"))
+        try:
+            with anyio.move_on_after(self.query_wait_seconds):
+                return await self.embedder.embed_query(text)
+        except EmbedderUnavailable as exc:
+            raise ArmUnavailable(exc) from exc
+        raise ArmUnavailable(EmbedderUnavailable(
+            message=f"the query's embedding took over {self.query_wait_seconds:g} s"))
+
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
-        vector = await self.embedder.embed_query(query.text)
+        vector = await self._query_vector(query.text)
         args = (query.tenant_id, vector, limit * WINDOWS_PER_CHUNK, limit, query.principal_id, query.current_scope,
                 query.sensitivity_ceiling.admitted(), query.as_of)
         async with db.transaction() as tx:

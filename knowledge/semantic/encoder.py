@@ -62,15 +62,14 @@ class Encoder:
 
     def windows(self, heading_path: Sequence[str], text: str) -> list[str]:
         """The texts embedded for one passage."""
+        head = prefix(heading_path)
         if not self.window:
-            head = prefix(heading_path)
             return [f"{head}\n{text}" if head else text]
         enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False,
                               verbose=False)
-        head = prefix(heading_path)
         head_pieces = len(self._tokenizer(head, add_special_tokens=False, verbose=False)["input_ids"]) if head else 0
         # [CLS] and [SEP] take two of the model's positions.
-        return window_texts(heading_path, text, enc["offset_mapping"], self.window - 2, head_pieces)
+        return window_texts(head, text, enc["offset_mapping"], self.window - 2, head_pieces)
 
     def encode(self, texts: Sequence[str]) -> Any:
         """Normalised vectors (numpy float32, one row per text)."""

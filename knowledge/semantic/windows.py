@@ -61,11 +61,11 @@ def window_spans(text: str, offsets: Sequence[tuple[int, int]], budget: int) -> 
         first = nxt
 
 
-def window_texts(heading_path: Sequence[str], text: str, offsets: Sequence[tuple[int, int]], size: int,
+def window_texts(head: str, text: str, offsets: Sequence[tuple[int, int]], size: int,
                  prefix_pieces: int) -> list[str]:
-    """The texts to embed for one passage: ``prefix`` + newline + each window of the body, the
-    body's budget being ``size`` less the prefix's ``prefix_pieces`` (never below `MIN_BODY`)."""
-    head = prefix(heading_path)
+    """The texts to embed for one passage: ``head`` (its `prefix`) + newline + each window of the
+    body, the body's budget being ``size`` less the head's ``prefix_pieces`` (never below
+    `MIN_BODY`)."""
     budget = max(size - prefix_pieces - 1, MIN_BODY) if head else size
     spans = window_spans(text, offsets, budget)
     if not spans:
