@@ -12,8 +12,11 @@ from knowledge.semantic.windows import MIN_BODY, PREFIX_COMPONENTS, prefix, wind
 
 # A word is 1-4 word pieces of 1-5 characters; words are separated by one or two spaces, or by
 # nothing (a word glued to the next, as "etcdctl.snapshot" is to a tokenizer).
-words = st.lists(st.tuples(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.sampled_from(["", " ", "  "])),
-                 min_size=0, max_size=400)
+word = st.tuples(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.sampled_from(["", " ", "  "]))
+words = st.lists(word, max_size=300)
+long_words = st.lists(word, min_size=30, max_size=300)
+#: Budgets small beside the texts, so most examples are cut into several windows.
+budgets = st.integers(8, 48)
 
 
 def layout(spec: list[tuple[list[int], str]]) -> tuple[str, list[tuple[int, int]]]:
@@ -31,7 +34,7 @@ def pieces_in(span: tuple[int, int], offsets: list[tuple[int, int]]) -> list[int
     return [i for i, (s, e) in enumerate(offsets) if s >= span[0] and e <= span[1]]
 
 
-@given(words, st.integers(4, 160))
+@given(long_words, st.integers(4, 48))
 def test_windows_cover_every_piece_within_the_budget_in_order(spec: list[tuple[list[int], str]], budget: int) -> None:
     text, offsets = layout(spec)
     spans = window_spans(text, offsets, budget)
@@ -48,7 +51,7 @@ def test_windows_cover_every_piece_within_the_budget_in_order(spec: list[tuple[l
     assert all(text[s:e] == text[s:e].strip() for s, e in spans)
 
 
-@given(words, st.integers(8, 160))
+@given(long_words, budgets)
 def test_consecutive_windows_overlap_by_about_a_quarter(spec: list[tuple[list[int], str]], budget: int) -> None:
     text, offsets = layout(spec)
     held = [pieces_in(span, offsets) for span in window_spans(text, offsets, budget)]
@@ -57,7 +60,7 @@ def test_consecutive_windows_overlap_by_about_a_quarter(spec: list[tuple[list[in
         assert budget // 4 - max(budget // 8, 1) <= shared <= budget // 4
 
 
-@given(words, st.integers(8, 160))
+@given(long_words, budgets)
 def test_a_window_ends_at_a_word_end_when_one_lies_in_its_last_eighth(spec: list[tuple[list[int], str]],
                                                                       budget: int) -> None:
     text, offsets = layout(spec)
