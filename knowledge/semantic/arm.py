@@ -47,7 +47,7 @@ COSINE_FLOOR = 0.2
 EXACT_MAX_WINDOWS = 20_000
 #: Windows fetched per chunk wanted (a chunk has 1-9 windows; its best few crowd the top).
 WINDOWS_PER_CHUNK = 4
-EF_SEARCH = 100
+EF_SEARCH = 400
 MAX_SCAN_TUPLES = 40_000
 #: How long a search waits for its query's vector: a query is served before ingest batches, so it
 #: waits for at most the batch in flight (about a second on 2 busy cores) plus its own ~20 ms.
