@@ -192,6 +192,8 @@ class Searcher:
 
     #: Searches that went on without an arm (`ArmUnavailable`), by arm name.
     without: Counter[str] = field(default_factory=Counter)
+    #: Arms whose last search went on without them (logged once per outage, not per search).
+    _down: set[str] = field(default_factory=set)
 
     async def candidates(self, query: KnowledgeQuery) -> list[Candidate]:
         """Every answering arm's candidates, merged."""
@@ -211,10 +213,16 @@ class Searcher:
         async def one(i: int, arm: Arm, tg: TaskGroup) -> None:
             try:
                 results[i] = ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit))
+                if arm.name in self._down:
+                    self._down.discard(arm.name)
+                    _log.warning("searches have the %s arm again (%d went on without it so far)",
+                                 arm.name, self.without[arm.name])
             except ArmUnavailable as exc:
                 down.append(exc)
                 self.without[arm.name] += 1
-                _log.warning("a search went on without the %s arm: %s", arm.name, exc)
+                if arm.name not in self._down:
+                    self._down.add(arm.name)
+                    _log.warning("searches go on without the %s arm: %s", arm.name, exc)
             except Exception as exc:  # the first failure, raised unwrapped; the other arms stop
                 errors.append(exc)
                 tg.cancel_scope.cancel()

@@ -78,12 +78,15 @@ class Embedder:
     version: str | None = None  # known once the child said it is ready
     dim: int | None = None
     restarts: int = 0
+    #: Children in a row that failed without serving (the last one counts 1 if it had served).
+    failures: int = 0
     _queries: collections.deque[_Request] = field(default_factory=collections.deque)
     _batches: collections.deque[_Request] = field(default_factory=collections.deque)
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _ready: anyio.Event = field(default_factory=anyio.Event)
     _closed: bool = False
     _serving: bool = False
+    _served: bool = False
     pid: int | None = None
 
     @property
@@ -135,19 +138,21 @@ class Embedder:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep a child and serve requests until cancelled; the caller's task group owns this."""
         task_status.started()
-        failures = 0
         try:
             while True:
+                self._served = False
                 try:
                     await self._serve_one_child()
-                    failures = 0
                 except Exception as exc:
-                    failures += 1
+                    # A child that served before it failed starts the count again: backoff is for
+                    # children that fail while starting, not for the occasional crash of a good one.
+                    self.failures = 1 if self._served else self.failures + 1
                     self.restarts += 1
-                    delay = min(self.restart_base_seconds * 2 ** (failures - 1), self.restart_max_seconds)
-                    _log.error("embedder child failed (%s, %d in a row); restarting in %.1f s", exc, failures, delay)
-                    if failures > 1:  # a child that keeps failing must not leave callers waiting
-                        self._fail_queued(EmbedderUnavailable(message=f"the embedder child failed: {exc}"))
+                    delay = min(self.restart_base_seconds * 2 ** (self.failures - 1), self.restart_max_seconds)
+                    _log.error("embedder child failed (%s, %d in a row); restarting in %.1f s",
+                               _reason(exc), self.failures, delay)
+                    if self.failures > 1:  # a child that keeps failing must not leave callers waiting
+                        self._fail_queued(EmbedderUnavailable(message=f"the embedder child failed: {_reason(exc)}"))
                     await anyio.sleep(delay)
         finally:
             self._closed = True
@@ -175,30 +180,36 @@ class Embedder:
                 raise RuntimeError(f"embedder child did not start: {hello}")
             self.version, self.dim = str(hello["version"]), int(hello["dim"])
             self._ready.set()
-            self._serving = True
-            while True:
-                request = await self._next()
-                if request.abandoned:
-                    continue
-                body = json.dumps(request.payload, separators=(",", ":")).encode()
-                try:
-                    with anyio.fail_after(REQUEST_BASE_SECONDS + REQUEST_PER_ITEM_SECONDS * request.items):
-                        await process.stdin.send(struct.pack(">I", len(body)) + body)  # type: ignore[union-attr]
-                        reply = await reader.frame()
-                except BaseException as exc:
-                    request.error = EmbedderUnavailable(message=f"the embedder child failed during a request: {exc!r}")
-                    request.done.set()
-                    raise
-                if "error" in reply:
-                    request.error = EmbedderUnavailable(
-                        message=f"the embedder child refused a request: {reply['error']}")
-                else:
-                    request.reply = reply
-                request.done.set()
+            self._serving = self._served = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch, process)  # an idle child that dies is replaced at once
+                await self._serve_requests(process, reader)
         finally:
             self.pid, self._serving = None, False
             with anyio.CancelScope(shield=True):
                 await _close(process)
+
+    async def _serve_requests(self, process: Process, reader: _FrameReader) -> None:
+        """Send each request and read its reply until the child fails (or the actor is cancelled)."""
+        while True:
+            request = await self._next()
+            if request.abandoned:
+                continue
+            body = json.dumps(request.payload, separators=(",", ":")).encode()
+            try:
+                with anyio.fail_after(REQUEST_BASE_SECONDS + REQUEST_PER_ITEM_SECONDS * request.items):
+                    await process.stdin.send(struct.pack(">I", len(body)) + body)  # type: ignore[union-attr]
+                    reply = await reader.frame()
+            except BaseException as exc:
+                request.error = EmbedderUnavailable(message=f"the embedder child failed during a request: {exc!r}")
+                request.done.set()
+                raise
+            if "error" in reply:
+                request.error = EmbedderUnavailable(
+                    message=f"the embedder child refused a request: {reply['error']}")
+            else:
+                request.reply = reply
+            request.done.set()
 
     async def _next(self) -> _Request:
         while True:
@@ -238,6 +249,20 @@ class _FrameReader:
         if not isinstance(reply, dict):
             raise TypeError("the embedder child sent a non-object frame")
         return reply
+
+
+async def _watch(process: Process) -> None:
+    """Fail when the child exits: a child that dies while idle is noticed (and replaced) at once,
+    not by the next request."""
+    code = await process.wait()
+    raise RuntimeError(f"the embedder child exited (status {code})")
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure's message (an exception group's leaves, joined)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_reason(e) for e in exc.exceptions)
+    return str(exc) or type(exc).__name__
 
 
 async def _close(process: Process) -> None:

@@ -263,6 +263,27 @@ async def test_searches_go_on_lexical_only_while_the_embedder_child_is_replaced(
 
 
 @pytest.mark.anyio
+async def test_a_child_that_dies_idle_is_replaced_unasked_and_backoff_forgives_children_that_served(
+        semantic: KnowledgeService, tenant: str) -> None:
+    await ingest(semantic, tenant, BACKUPS)
+    embedder = semantic.embedder
+    assert embedder is not None
+    for n in range(1, 4):
+        first = embedder.pid
+        assert first is not None
+        os.killpg(first, signal.SIGKILL)  # idle: no request is in flight
+        with anyio.fail_after(120):
+            while embedder.pid in (None, first) or not embedder.serving:  # noqa: ASYNC110  (polling the actor)
+                await anyio.sleep(0.05)
+        assert embedder.restarts == n and embedder.failures == 1  # each child had served: no growing backoff
+    # Nothing that came after the deaths failed or went without the arm.
+    await ingest(semantic, f"{tenant}-2", BACKUPS)
+    assert await chunks_without_vectors(semantic, f"{tenant}-2") == 0
+    assert await semantic.search(q(tenant, "restore the cluster from a snapshot"))
+    assert semantic.searcher.without["semantic"] == 0
+
+
+@pytest.mark.anyio
 async def test_a_stalled_query_embedding_gives_up_without_a_restart(semantic: KnowledgeService, tenant: str) -> None:
     await ingest(semantic, tenant, BACKUPS)
     embedder = semantic.embedder
