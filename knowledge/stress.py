@@ -83,6 +83,9 @@ class StressOptions:
     versioners: int = 1
     deleters: int = 1
     senders: int = 1
+    #: Seconds between one sender's attachments (uniform). The default keeps two workers busy
+    #: lexical-only; with the semantic arm (~75x slower ingest) use about 20x longer.
+    send_every: tuple[float, float] = (0.05, 0.3)
     workers: int = 2
     pdf_share: float = 0.05  # of ingests and attachments
     audit_every: float | None = None
@@ -359,7 +362,7 @@ class Driver:
 
     async def sender(self) -> None:
         while self.until_deadline():
-            await anyio.sleep(self.random.uniform(0.05, 0.3))
+            await anyio.sleep(self.random.uniform(*self.options.send_every))
             tenant = self.random.choice(self.tenants)
             owner = self.principal(tenant)
             if self.sent[tenant] and self.random.random() < 0.1:

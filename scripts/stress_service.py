@@ -35,6 +35,8 @@ def main() -> int:
     parser.add_argument("--searchers", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--pdf-share", type=float, default=0.05)
+    parser.add_argument("--send-every", type=float, nargs=2, default=(0.05, 0.3), metavar=("MIN", "MAX"),
+                        help="seconds between attachments (the arm on: e.g. 1 6)")
     parser.add_argument("--kill-host", type=int, default=0, metavar="ROUNDS")
     args = parser.parse_args()
     if args.kill_host:
@@ -44,7 +46,7 @@ def main() -> int:
     options = StressOptions(duration=args.duration, faults=args.faults, seed=args.seed, dsn=args.dsn,
                             data_dir=args.data_dir, tenants=args.tenants, ingesters=args.ingesters,
                             searchers=args.searchers, workers=args.workers, pdf_share=args.pdf_share,
-                            audit_every=args.audit_every)
+                            audit_every=args.audit_every, send_every=tuple(args.send_every))
     report = anyio.run(run_stress, options, backend=args.loop)
     print(f"stress: {report.seconds:.0f} s, loop={args.loop}, faults={'on' if args.faults else 'off'}, "
           f"seed={args.seed}")

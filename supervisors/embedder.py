@@ -5,9 +5,10 @@ run on the event loop nor in the default thread executor, and loading it costs s
 in one child (`knowledge.semantic.child`) started by `Embedder.run` — a background actor of
 `KnowledgeService` — and kept for the service's life:
 
-- **Requests queue in the actor, queries first.** `embed_queries` (a search) is served before
-  `embed_passages` batches (ingest), and ingest sends at most `BATCH_PASSAGES` passages per
-  request, so a search waits for at most one batch, not for a whole document.
+- **Requests queue in the actor; queries go together and alternate with batches.** Every query
+  waiting (a search's `embed_query`) goes to the child in one request, and ingest sends at most
+  `BATCH_PASSAGES` passages per request; while both wait they alternate, so a search waits for at
+  most one batch (not a whole document) and a stream of searches cannot starve ingest.
 - **A cancelled caller costs no restart.** The request it left is dropped if not yet sent; if the
   child is computing it, the reply is read and discarded (a batch is bounded), so cancellations —
   which a host does constantly — never kill the model.
@@ -42,6 +43,8 @@ _log = logging.getLogger(__name__)
 
 #: Passages per ingest request: at most a second or so of encoding.
 BATCH_PASSAGES = 16
+#: Queries sent together at most (each is one short window).
+MAX_QUERIES = 32
 START_SECONDS = 120.0  # importing torch and loading the model, cold
 #: A request's deadline: this, plus per window-sized passage.
 REQUEST_BASE_SECONDS = 30.0
@@ -87,6 +90,7 @@ class Embedder:
     _closed: bool = False
     _serving: bool = False
     _served: bool = False
+    _queries_last: bool = False
     pid: int | None = None
 
     @property
@@ -192,35 +196,54 @@ class Embedder:
     async def _serve_requests(self, process: Process, reader: _FrameReader) -> None:
         """Send each request and read its reply until the child fails (or the actor is cancelled)."""
         while True:
-            request = await self._next()
-            if request.abandoned:
-                continue
-            body = json.dumps(request.payload, separators=(",", ":")).encode()
+            group = await self._next()
+            if len(group) == 1:
+                payload, items = group[0].payload, group[0].items
+            else:  # queries, one text each: one request, one forward pass
+                payload = {"op": "queries", "texts": [r.payload["texts"][0] for r in group]}
+                items = len(group)
+            body = json.dumps(payload, separators=(",", ":")).encode()
             try:
-                with anyio.fail_after(REQUEST_BASE_SECONDS + REQUEST_PER_ITEM_SECONDS * request.items):
+                with anyio.fail_after(REQUEST_BASE_SECONDS + REQUEST_PER_ITEM_SECONDS * items):
                     await process.stdin.send(struct.pack(">I", len(body)) + body)  # type: ignore[union-attr]
                     reply = await reader.frame()
             except BaseException as exc:
-                request.error = EmbedderUnavailable(message=f"the embedder child failed during a request: {exc!r}")
-                request.done.set()
+                for request in group:
+                    request.error = EmbedderUnavailable(
+                        message=f"the embedder child failed during a request: {exc!r}")
+                    request.done.set()
                 raise
-            if "error" in reply:
-                request.error = EmbedderUnavailable(
-                    message=f"the embedder child refused a request: {reply['error']}")
-            else:
-                request.reply = reply
-            request.done.set()
+            for i, request in enumerate(group):
+                if "error" in reply:
+                    request.error = EmbedderUnavailable(
+                        message=f"the embedder child refused a request: {reply['error']}")
+                elif len(group) == 1:
+                    request.reply = reply
+                else:
+                    request.reply = {"vectors": [reply["vectors"][i]]}
+                request.done.set()
 
-    async def _next(self) -> _Request:
+    async def _next(self) -> list[_Request]:
+        """What to send next: every waiting query (up to `MAX_QUERIES`), or one batch — queries
+        first, unless queries went last and a batch waits."""
         while True:
             for queue in (self._queries, self._batches):
-                while queue:
-                    request = queue.popleft()
+                while queue and queue[0].abandoned:
+                    queue.popleft()
+            if self._queries and not (self._queries_last and self._batches):
+                self._queries_last = True
+                group: list[_Request] = []
+                while self._queries and len(group) < MAX_QUERIES:
+                    request = self._queries.popleft()
                     if not request.abandoned:
-                        return request
-            self._wake = anyio.Event()
-            if self._queries or self._batches:
+                        group.append(request)
+                if group:
+                    return group
                 continue
+            if self._batches:
+                self._queries_last = False
+                return [self._batches.popleft()]
+            self._wake = anyio.Event()
             await self._wake.wait()
 
 

@@ -284,6 +284,28 @@ async def test_a_child_that_dies_idle_is_replaced_unasked_and_backoff_forgives_c
 
 
 @pytest.mark.anyio
+async def test_a_stream_of_searches_does_not_starve_an_ingest(semantic: KnowledgeService, tenant: str) -> None:
+    await ingest(semantic, tenant, BACKUPS)
+    _, sem = arms(semantic)
+    sem.query_wait_seconds = 120  # every search waits for its vector here, however loaded the machine
+    done, searched = anyio.Event(), [0]
+
+    async def searcher() -> None:
+        while not done.is_set():
+            await semantic.search(q(tenant, "restore the cluster from a snapshot"))
+            searched[0] += 1
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):  # always a query waiting: served strictly first, they would starve the batches
+            tg.start_soon(searcher)
+        with anyio.fail_after(300):
+            await ingest(semantic, f"{tenant}-big", BACKUPS * 20)
+        done.set()
+    assert searched[0] > 8 and semantic.searcher.without["semantic"] == 0
+    assert await chunks_without_vectors(semantic, f"{tenant}-big") == 0
+
+
+@pytest.mark.anyio
 async def test_a_stalled_query_embedding_gives_up_without_a_restart(semantic: KnowledgeService, tenant: str) -> None:
     await ingest(semantic, tenant, BACKUPS)
     embedder = semantic.embedder
