@@ -49,8 +49,8 @@ EXACT_MAX_WINDOWS = 20_000
 WINDOWS_PER_CHUNK = 4
 EF_SEARCH = 400
 MAX_SCAN_TUPLES = 40_000
-#: How long a search waits for its query's vector: a query is served before ingest batches, so it
-#: waits for at most the batch in flight (about a second on 2 busy cores) plus its own ~20 ms.
+#: How long a search waits for its query's vector: queries alternate with ingest batches, so it
+#: waits for at most the batch in flight (a second or two on 2 busy cores) plus its own ~20 ms.
 QUERY_WAIT_SECONDS = 5.0
 
 
