@@ -67,7 +67,6 @@ class _Request:
     done: anyio.Event = field(default_factory=anyio.Event)
     reply: dict[str, Any] | None = None
     error: BaseException | None = None
-    abandoned: bool = False
 
 
 @dataclass
@@ -127,8 +126,7 @@ class Embedder:
         self._wake.set()
         try:
             await request.done.wait()
-        except BaseException:
-            request.abandoned = True
+        except BaseException:  # not yet sent: dropped; in flight: its reply is read and discarded
             with contextlib.suppress(ValueError):
                 queue.remove(request)
             raise
@@ -197,11 +195,11 @@ class Embedder:
         """Send each request and read its reply until the child fails (or the actor is cancelled)."""
         while True:
             group = await self._next()
-            if len(group) == 1:
+            queries = group[0].payload["op"] == "queries"
+            if queries:  # one text each: one request, one forward pass
+                payload, items = {"op": "queries", "texts": [r.payload["texts"][0] for r in group]}, len(group)
+            else:
                 payload, items = group[0].payload, group[0].items
-            else:  # queries, one text each: one request, one forward pass
-                payload = {"op": "queries", "texts": [r.payload["texts"][0] for r in group]}
-                items = len(group)
             body = json.dumps(payload, separators=(",", ":")).encode()
             try:
                 with anyio.fail_after(REQUEST_BASE_SECONDS + REQUEST_PER_ITEM_SECONDS * items):
@@ -217,29 +215,20 @@ class Embedder:
                 if "error" in reply:
                     request.error = EmbedderUnavailable(
                         message=f"the embedder child refused a request: {reply['error']}")
-                elif len(group) == 1:
-                    request.reply = reply
-                else:
+                elif queries:
                     request.reply = {"vectors": [reply["vectors"][i]]}
+                else:
+                    request.reply = reply
                 request.done.set()
 
     async def _next(self) -> list[_Request]:
         """What to send next: every waiting query (up to `MAX_QUERIES`), or one batch — queries
-        first, unless queries went last and a batch waits."""
+        first, unless queries went last and a batch waits. (Every queued request has a caller
+        waiting: one that gives up removes its request, `_call`.)"""
         while True:
-            for queue in (self._queries, self._batches):
-                while queue and queue[0].abandoned:
-                    queue.popleft()
             if self._queries and not (self._queries_last and self._batches):
                 self._queries_last = True
-                group: list[_Request] = []
-                while self._queries and len(group) < MAX_QUERIES:
-                    request = self._queries.popleft()
-                    if not request.abandoned:
-                        group.append(request)
-                if group:
-                    return group
-                continue
+                return [self._queries.popleft() for _ in range(min(len(self._queries), MAX_QUERIES))]
             if self._batches:
                 self._queries_last = False
                 return [self._batches.popleft()]
