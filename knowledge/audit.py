@@ -51,7 +51,7 @@ class DocumentFacts:
     #: version -> when its ingest was acknowledged (monotonic seconds); absent: unknown or never
     acked_at: dict[int, float] = field(default_factory=dict)
     deleted_at: float | None = None  # the delete's acknowledgement
-    refused: bool = False  # its first ingest was refused: it must not exist
+    refused: bool = False  # its first ingest was refused or cancelled: it must not exist
     uncertain: bool = False  # some operation on it has an unknown outcome
 
 
@@ -258,7 +258,7 @@ async def _audit_model(conn: Connection | Database, model: AccessModel, audit: S
         if doc.uncertain:
             continue
         if doc.refused and versions:
-            audit.model.append(f"refused document {document_id} exists")
+            audit.model.append(f"refused or cancelled document {document_id} exists")
         elif doc.deleted_at is not None and versions:
             audit.model.append(f"deleted document {document_id} still has versions {sorted(versions)}")
         elif doc.deleted_at is None:

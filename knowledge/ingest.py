@@ -161,9 +161,10 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
 
 #: Fault-injection points (the stress suite and tests use them), called with the step's name inside the
 #: open transaction: "before_write" (after any supersede, before the one writing statement) and
-#: "before_commit"; and "after_commit", once the transaction committed (a fault there stands for a
-#: COMMIT whose reply was lost).
-FaultHook = Callable[[str, Connection], Awaitable[None]]
+#: "before_commit"; "commit" (no connection), inside the shield just before COMMIT is sent; and
+#: "after_commit", once the transaction committed (a fault there stands for a COMMIT whose reply was
+#: lost).
+FaultHook = Callable[[str, "Connection | None"], Awaitable[None]]
 
 
 @dataclass
@@ -303,7 +304,7 @@ class Ingestor:
                             "chunk_count": len(prepared.chunks)}))
         return len(prepared.chunks)
 
-    async def _fault(self, step: str, conn: Connection) -> None:
+    async def _fault(self, step: str, conn: Connection | None) -> None:
         if self.fault_hook is not None:
             await self.fault_hook(step, conn)
 
@@ -321,11 +322,12 @@ class Ingestor:
                 if not is_transient(exc):
                     raise
                 fault = exc
-            if attempt.commit_sent:
-                found = await retry_transient(
-                    f"resolving the commit of {document_id}",
-                    functools.partial(self._committed, request, source, document_id, attempt.version),
-                    self.retry_delays)
+            if attempt.commit_sent:  # shielded: a cancelled caller must not be left not knowing
+                with anyio.CancelScope(shield=True):
+                    found = await retry_transient(
+                        f"resolving the commit of {document_id}",
+                        functools.partial(self._committed, request, source, document_id, attempt.version),
+                        self.retry_delays)
                 if found is not None:
                     return found
             if delay is None:
@@ -338,7 +340,7 @@ class Ingestor:
                            vectors: list[list[str]] | None, document_id: uuid.UUID, attempt: _Attempt
                            ) -> KnowledgeDocument:
         tenant = request.principal.tenant_id
-        async with self.db.transaction() as tx:
+        async with self.db.transaction(on_commit=functools.partial(self._fault, "commit", None)) as tx:
             if request.replaces is not None:
                 attempt.version = await supersede(tx, tenant, request.replaces, request.principal)
             # One statement: the source copy (made inside the server, never re-sent), the document,
@@ -363,8 +365,9 @@ class Ingestor:
             if self.vectors is not None and vectors is not None:  # the semantic arm's rows, same transaction
                 await self.vectors.write(tx, tenant, columns[4], vectors)
             await self._fault("before_commit", tx)
-            attempt.commit_sent = True  # leaving the block sends COMMIT
-        await self._fault("after_commit", tx)
+            attempt.commit_sent = True  # leaving the block sends COMMIT (shielded: see `call_in_group`)
+        with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
+            await self._fault("after_commit", tx)
         return _document(request, document_id, attempt.version, ref_from_row(row), source.media_type,
                          prepared.chunker_version, row["ingested_at"])
 

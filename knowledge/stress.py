@@ -131,6 +131,8 @@ class Tally:
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     untyped: list[str] = field(default_factory=list)  # exceptions that were not KnowledgeErrors
     faults: Counter[str] = field(default_factory=Counter)
+    #: Operations whose caller was cancelled but which had already taken effect (and said so).
+    cancelled_late: Counter[str] = field(default_factory=Counter)
     began: float = field(default_factory=time.monotonic)
     #: minute of the run -> search latencies, and RSS samples (bytes): is the service steady?
     search_by_minute: dict[int, list[float]] = field(default_factory=dict)
@@ -180,6 +182,9 @@ class StressReport:
         out.append("outcomes:")
         for (op, outcome), n in sorted(self.tally.outcomes.items()):
             out.append(f"  {op:<12} {outcome:<28} {n:>6}")
+        if self.tally.cancelled_late:
+            out.append("cancelled but already committed (acknowledged): " + ", ".join(
+                f"{k} {v}" for k, v in sorted(self.tally.cancelled_late.items())))
         if self.tally.faults:
             out.append("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(self.tally.faults.items())))
         start, peak, end = self.rss_mb
@@ -241,7 +246,9 @@ class Driver:
                 result = await call()
                 outcome = classify(result)
             if scope.cancelled_caught:
-                outcome = "cancelled"
+                outcome = "cancelled"  # the rule (`call_in_group`): it took no effect
+            elif scope.cancel_called:  # cancelled while its COMMIT was in flight: acknowledged, counted apart
+                self.tally.cancelled_late[op] += 1
         except KnowledgeError as exc:
             outcome, result = f"{type(exc).__name__}:{exc.reason}", exc
         except Exception as exc:  # an untyped error is an invariant failure of its own
@@ -306,7 +313,7 @@ class Driver:
             if outcome == "ok":
                 facts.acked_at[1] = self.clock()
                 facts.chunks[1] = await self.chunk_ids(tenant, document_id, 1)
-            elif outcome.startswith("IngestRefused:"):
+            elif outcome.startswith("IngestRefused:") or outcome == "cancelled":  # neither may leave a trace
                 facts.refused = True
             else:
                 facts.uncertain = True

@@ -55,6 +55,12 @@ async def call_in_group(group: TaskGroup, fn: Callable[..., Awaitable[T]], *args
     The service thereby owns every in-flight operation: closing it cancels the operation, and the
     caller gets `ServiceClosed`. Cancelling the caller cancels the operation and waits for it to
     finish unwinding (rolled back, children reaped) before the cancellation propagates.
+
+    The rule for a caller cancelled late: **a call that raises the cancellation never took
+    effect.** If the operation completed anyway (its COMMIT was already in flight, and commits are
+    shielded), its result is returned as if the cancellation had come a moment later; the
+    cancellation is then delivered at the caller's next checkpoint (trio and anyio scopes stay
+    cancelled until they exit).
     """
     outcome: list[tuple[bool, Any]] = []
     done = anyio.Event()
@@ -75,8 +81,15 @@ async def call_in_group(group: TaskGroup, fn: Callable[..., Awaitable[T]], *args
         raise ServiceClosed(message="the service is closed") from None
     try:
         await done.wait()
+    except anyio.get_cancelled_exc_class():
+        scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await done.wait()
+        if not (outcome and outcome[0][0]):
+            raise
+        # It completed before the cancellation reached it: report what took effect.
     finally:
-        if not done.is_set():
+        if not done.is_set():  # anything else that interrupts the wait (KeyboardInterrupt)
             scope.cancel()
             with anyio.CancelScope(shield=True):
                 await done.wait()

@@ -238,6 +238,42 @@ async def test_failure_between_steps_leaves_nothing(service: KnowledgeService, t
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("moment", ["before_commit", "commit"])
+async def test_a_cancelled_ingest_raises_only_if_it_never_committed(service: KnowledgeService, tenant: str,
+                                                                    moment: str) -> None:
+    """The rule of `call_in_group`: a call that raises the cancellation took no effect, and one that
+    took effect says so. The caller is cancelled from inside the ingest, by hooks, at two moments:
+    before COMMIT (the ingest is rolled back and the caller sees the cancellation), and while COMMIT
+    is in flight (commits are shielded: it commits, and the caller gets the document). The hook
+    waits until every other task has settled, so the caller's cancellation has reached the ingest's
+    task before COMMIT goes out, whatever the scheduling."""
+    caller = anyio.CancelScope()
+
+    async def hook(at: str, conn: Connection | None) -> None:
+        if at == moment:
+            caller.cancel()
+            await anyio.wait_all_tasks_blocked()  # the caller has handled its cancellation by now
+            if moment == "before_commit":
+                await anyio.sleep_forever()  # the caller's cancellation reaches us here
+
+    service.ingestor.fault_hook = hook
+    ref = await put(service, tenant, DOC)
+    got = None
+    with caller:
+        got = await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
+    service.ingestor.fault_hook = None
+    found = await footprint(service, tenant)
+    assert caller.cancel_called
+    if moment == "before_commit":
+        assert caller.cancelled_caught and got is None
+        assert nothing_but_inputs(found)
+    else:
+        assert not caller.cancelled_caught and got is not None
+        assert (found["documents"], found["events"]) == (1, 1) and found["chunks"] > 0
+        assert (await service.document(got.document_id, tenant_id=tenant)) is not None
+
+
+@pytest.mark.anyio
 async def test_closing_the_service_cancels_an_in_flight_ingest(settings: Any, tenant: str) -> None:
     """A host task outside the service block is mid-ingest when the service closes: the service
     owns the ingest, so it is cancelled and rolled back, and the caller gets ServiceClosed."""

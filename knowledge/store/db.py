@@ -67,6 +67,8 @@ _CONNECTION_LOST: tuple[type[BaseException], ...] = tuple(
                  DatabaseUnavailable))
 
 _CLEANUP_SECONDS = 10.0
+#: How long a (shielded) COMMIT may take before the connection is given up as lost.
+_COMMIT_SECONDS = 30.0
 _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -164,9 +166,15 @@ class Connection:
         return int(self._raw.get_server_pid())
 
     @contextlib.asynccontextmanager
-    async def transaction(self, isolation: IsolationLevel | None = None) -> AsyncIterator[Self]:
+    async def transaction(self, isolation: IsolationLevel | None = None, *,
+                          on_commit: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Self]:
         """BEGIN … COMMIT. Any exception — cancellation included — rolls back (shielded), so a
-        transaction is all or nothing whatever interrupts it."""
+        transaction is all or nothing whatever interrupts it.
+
+        COMMIT itself is shielded: once the block has ended normally, a cancellation can no longer
+        leave the outcome undecided (a COMMIT cancelled in flight may or may not have taken effect).
+        The cancellation is delivered at the caller's next checkpoint, after the commit. ``on_commit``
+        runs inside that shield just before COMMIT is sent (a hook for tests of exactly that moment)."""
         tx = self._raw.transaction(isolation=isolation) if isolation else self._raw.transaction()
         await self._run(tx.start)
         try:
@@ -176,7 +184,14 @@ class Connection:
                 if not self._raw.is_closed():
                     await self._run(tx.rollback)
             raise
-        await self._run(tx.commit)
+        with anyio.CancelScope(shield=True):
+            if on_commit is not None:
+                await on_commit()
+            with anyio.move_on_after(_COMMIT_SECONDS):
+                await self._run(tx.commit)
+                return
+        self._raw.terminate()
+        raise DatabaseUnavailable(message=f"COMMIT had no answer within {_COMMIT_SECONDS:.0f} s; its outcome is unknown")
 
 
 async def _keep_session(raw: asyncpg.Connection) -> None:
@@ -262,9 +277,11 @@ class Database:
                     raw.terminate()
 
     @contextlib.asynccontextmanager
-    async def transaction(self, isolation: IsolationLevel | None = None) -> AsyncIterator[Connection]:
-        """A connection inside one transaction: committed if the block ends normally."""
-        async with self.connection() as conn, conn.transaction(isolation) as tx:
+    async def transaction(self, isolation: IsolationLevel | None = None, *,
+                          on_commit: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Connection]:
+        """A connection inside one transaction: committed (shielded, `Connection.transaction`) if the
+        block ends normally."""
+        async with self.connection() as conn, conn.transaction(isolation, on_commit=on_commit) as tx:
             yield tx
 
     def dedicated(self) -> contextlib.AbstractAsyncContextManager[Connection]:
