@@ -191,7 +191,7 @@ class Connection:
                 await self._run(tx.commit)
                 return
         self._raw.terminate()
-        raise DatabaseUnavailable(message=f"COMMIT had no answer within {_COMMIT_SECONDS:.0f} s; its outcome is unknown")
+        raise DatabaseUnavailable(message=f"COMMIT had no answer in {_COMMIT_SECONDS:.0f} s; its outcome is unknown")
 
 
 async def _keep_session(raw: asyncpg.Connection) -> None:
