@@ -192,7 +192,8 @@ FROM knowledge_chunk_sets s WHERE $1::text[] IS NULL OR s.tenant_id = ANY($1)
 """
 
 
-# With the semantic arm on: chunks of live chunk sets with no vector under the arm's model version.
+# With the semantic arm on: chunks of live chunk sets with no vector under the arm's model version
+# whose set is not queued for it (``$3``: or queued at all — once the queue has drained).
 _UNEMBEDDED = """
 SELECT c.tenant_id, c.document_id, c.version, count(*) AS chunks FROM knowledge_chunks c
 JOIN knowledge_chunk_sets s ON s.tenant_id = c.tenant_id AND s.document_id = c.document_id AND s.version = c.version
@@ -200,20 +201,26 @@ JOIN knowledge_chunk_sets s ON s.tenant_id = c.tenant_id AND s.document_id = c.d
 WHERE ($1::text[] IS NULL OR c.tenant_id = ANY($1))
   AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
                   WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $2)
+  AND ($3 OR NOT EXISTS (SELECT 1 FROM knowledge_embedding_queue q
+                         WHERE q.tenant_id = s.tenant_id AND q.document_id = s.document_id AND q.version = s.version
+                           AND q.chunker_version = s.chunker_version AND q.model_version = $2))
 GROUP BY c.tenant_id, c.document_id, c.version
 """
 
 
 async def audit_storage(conn: Connection | Database, model: AccessModel | None = None,
-                        tenants: list[str] | None = None, semantic_version: str | None = None) -> StorageAudit:
+                        tenants: list[str] | None = None, semantic_version: str | None = None,
+                        drained: bool = False) -> StorageAudit:
     """Check the store (see the module docstring), for ``tenants`` or all; read-only. With a model,
     also what the model knows: refused and deleted documents absent, acknowledged ones present.
-    With ``semantic_version`` (the semantic arm's), every chunk of a live chunk set has its vectors."""
+    With ``semantic_version`` (the semantic arm's), every chunk of a live chunk set has its vectors
+    or its set is queued for them; with ``drained`` (the queue has been drained), it has them."""
     audit = StorageAudit()
     if semantic_version is not None:
-        for r in await conn.fetch(_UNEMBEDDED, tenants, semantic_version):
+        for r in await conn.fetch(_UNEMBEDDED, tenants, semantic_version, drained):
             audit.partial.append(f"{r['tenant_id']}/{r['document_id']} v{r['version']}: {r['chunks']} chunks "
-                                 f"without {semantic_version} vectors (in the lexical arm only)")
+                                 f"without {semantic_version} vectors (in the lexical arm only"
+                                 f"{', after the queue drained' if drained else ', and not queued'})")
     for r in await conn.fetch(_PARTIAL, tenants):
         audit.live_documents += 1
         name = f"{r['tenant_id']}/{r['document_id']} v{r['version']}"

@@ -96,6 +96,9 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
         health = await svc.health()
         print(f"health: ok={health.ok} backend={health.backend} server={health.server_version} "
               f"schema={health.schema_version}/{health.schema_expected} latency={health.latency_ms:.1f}ms")
+        if health.semantic is not None and health.semantic.backlog is not None:
+            # Ingest commits without vectors; they follow in the background (and the next run goes on).
+            print(health.semantic.backlog.describe())
 
 
 def main() -> None:

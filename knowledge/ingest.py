@@ -7,11 +7,11 @@
              text only flags the chunk
 5. Chunk     structure first (`knowledge.chunking`), ids deterministic per chunker version
 6. Index     PostgreSQL full-text search over text plus heading path; with the semantic arm on,
-             each chunk's windows are embedded first (in the embedder child, before the
-             transaction opens: `knowledge.semantic`) and their vectors are index rows too
+             the chunk set is queued for embedding (`knowledge.semantic.queue`): its vectors
+             follow in the background, never on the ingest's path
 7. Commit    source copy (KNOWLEDGE_SOURCE, expires_at NULL), document, chunk set, chunks, index
-             rows (postings, and vectors when the arm is on) and a ``knowledge.document.ingested``
-             event, in one transaction: a chunk is searchable by both arms or by neither
+             rows (postings), the embedding queue row when the arm is on, and a
+             ``knowledge.document.ingested`` event, in one transaction
 
 Steps 3–5 are the pure `prepare`; the shell around it reads, refuses and commits. A refusal
 raises `IngestRefused` with a reason code; a refused or failed ingest writes nothing but an
@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -55,12 +55,10 @@ from knowledge.models import (
 from knowledge.normalize import normalize
 from knowledge.retry import RETRY_DELAYS, retry_transient, unavailable
 from knowledge.scan import find_secrets, is_instruction_like
+from knowledge.semantic.queue import QUEUE_INSERT
 from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, ref_from_row
 from knowledge.store.db import Connection, Database, is_transient
 from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
-
-if TYPE_CHECKING:
-    from knowledge.semantic.store import VectorWriter
 
 _log = logging.getLogger(__name__)
 
@@ -177,9 +175,11 @@ class Ingestor:
     fault_hook: FaultHook | None = field(default=None)
     #: Backoff between attempts after a transient database fault (`knowledge.retry`).
     retry_delays: tuple[float, ...] = RETRY_DELAYS
-    #: The semantic arm's writer, when the arm is on: chunks are embedded after step 5 (scan and
-    #: chunk), before the transaction opens, and their vectors written in step 7's transaction.
-    vectors: VectorWriter | None = None
+    #: The semantic arm's model version, when the arm is on: every chunk set written is queued
+    #: for embedding under it in the same transaction (`knowledge.semantic.queue`).
+    embed_version: str | None = None
+    #: Called after a commit that queued a chunk set (wakes this process's embedding drain).
+    on_queued: Callable[[], None] | None = None
 
     async def ingest(self, request: IngestRequest) -> KnowledgeDocument:
         """Run the seven steps; return the committed document or raise `IngestRefused`.
@@ -207,15 +207,13 @@ class Ingestor:
         self._admit(request)
         source, prepared = await self._read_and_prepare(
             request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256)
-        vectors = await self._embed(prepared)
-        return await self._commit(request, source, prepared, vectors)
+        document = await self._commit(request, source, prepared)
+        self._queued()
+        return document
 
-    async def _embed(self, prepared: PreparedDocument) -> list[list[str]] | None:
-        """The chunk set's window vectors (the embedder child's work; the event loop only waits),
-        or None with the semantic arm off. `EmbedderUnavailable` (transient) leaves nothing."""
-        if self.vectors is None:
-            return None
-        return await self.vectors.embed([(c.draft.heading_path, c.draft.text) for c in prepared.chunks])
+    def _queued(self) -> None:
+        if self.embed_version is not None and self.on_queued is not None:
+            self.on_queued()
 
     async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
                                 chunker: Chunker | None = None) -> tuple[ArtifactRef, PreparedDocument]:
@@ -267,7 +265,6 @@ class Ingestor:
         if doc["ingested_by_principal_id"] != principal.principal_id:
             raise IngestRefused("not_document_owner", "only the principal who ingested a document may re-chunk it")
         _, prepared = await self._read_and_prepare(tenant, doc["source_artifact_id"], doc["title"], chunker=chunker)
-        vectors = await self._embed(prepared)
         async with self.db.transaction() as tx:
             await lock_document(tx, tenant, document_id)
             live = await tx.fetchval(
@@ -290,8 +287,9 @@ class Ingestor:
                 len(prepared.chunks))
             columns = _chunk_columns(tenant, document_id, live, prepared)
             await tx.execute(_CHUNKS_SQL, *columns)
-            if self.vectors is not None and vectors is not None:
-                await self.vectors.write(tx, tenant, columns[4], vectors)
+            if self.embed_version is not None:
+                await tx.execute(_QUEUE_SET_SQL, tenant, document_id, live, prepared.chunker_version,
+                                 self.embed_version, len(prepared.chunks))
             await tx.execute(
                 """UPDATE knowledge_documents SET chunker_version = $4
                    WHERE tenant_id = $1 AND document_id = $2 AND version = $3""",
@@ -302,14 +300,15 @@ class Ingestor:
                 tenant, document_id, live, principal.principal_id,
                 json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
                             "chunk_count": len(prepared.chunks)}))
+        self._queued()
         return len(prepared.chunks)
 
     async def _fault(self, step: str, conn: Connection | None) -> None:
         if self.fault_hook is not None:
             await self.fault_hook(step, conn)
 
-    async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
-                      vectors: list[list[str]] | None) -> KnowledgeDocument:
+    async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
+                      ) -> KnowledgeDocument:
         """Step 7, retried after transient faults (see `knowledge.retry`). Every attempt writes the
         same document id; an attempt whose COMMIT was sent but not answered is resolved by looking
         for the version it wrote before anything runs again."""
@@ -317,7 +316,7 @@ class Ingestor:
         for delay in (*self.retry_delays, None):
             attempt = _Attempt()
             try:
-                return await self._commit_once(request, source, prepared, vectors, document_id, attempt)
+                return await self._commit_once(request, source, prepared, document_id, attempt)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -337,8 +336,7 @@ class Ingestor:
         raise AssertionError("unreachable")
 
     async def _commit_once(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
-                           vectors: list[list[str]] | None, document_id: uuid.UUID, attempt: _Attempt
-                           ) -> KnowledgeDocument:
+                           document_id: uuid.UUID, attempt: _Attempt) -> KnowledgeDocument:
         tenant = request.principal.tenant_id
         async with self.db.transaction(on_commit=functools.partial(self._fault, "commit", None)) as tx:
             if request.replaces is not None:
@@ -356,14 +354,12 @@ class Ingestor:
                 json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
                             "source_sha256": source.sha256, "media_type": source.media_type,
                             "instruction_like_chunks": prepared.instruction_like_count}),
-                *columns[4:],
+                *columns[4:], self.embed_version,
             )
             if row is None or row["artifact_id"] is None:
                 raise IngestRefused("source_not_found", "the source vanished during ingest")
             if row["ingested_at"] is None:
                 raise IngestRefused("document_exists", f"document {document_id} already exists")
-            if self.vectors is not None and vectors is not None:  # the semantic arm's rows, same transaction
-                await self.vectors.write(tx, tenant, columns[4], vectors)
             await self._fault("before_commit", tx)
             attempt.commit_sent = True  # leaving the block sends COMMIT (shielded: see `call_in_group`)
         with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
@@ -503,6 +499,10 @@ rows AS (
 # $4 chunker version, $5.. the chunk arrays (`_chunk_columns`).
 _CHUNKS_SQL = "WITH " + _chunk_writes("$2", "$3", "$4", 5) + "\nSELECT count(*) FROM chunks"
 
+# A re-chunked set queued for embedding: $1 tenant, $2 document, $3 version, $4 chunker version,
+# $5 model version, $6 chunk count.
+_QUEUE_SET_SQL = QUEUE_INSERT + "VALUES ($1, $2, $3, $4, $5, $6)"
+
 # The whole ingest in one statement (every write or none; one round trip): the source copy, made
 # inside the server and never re-sent; the document; its chunk set; the event; the outcome counter;
 # then the chunk set's rows — only if the document row was written. The foreign keys from chunks
@@ -510,7 +510,7 @@ _CHUNKS_SQL = "WITH " + _chunk_writes("$2", "$3", "$4", 5) + "\nSELECT count(*) 
 # $1 tenant, $2 input artifact, $3 new source artifact id, $4 sha256, $5 document, $6 version,
 # $7 principal, $8 visibility, $9 project, $10 title, $11 doc_date, $12 authority,
 # $13 chunker_version, $14 sensitivity, $15 chunk count, $16 event type, $17 event payload,
-# $18.. the chunk arrays.
+# $18..$24 the chunk arrays, $25 the semantic arm's model version (NULL: the arm is off, nothing queued).
 _INGEST_SQL = """
 WITH src AS (
     INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name,
@@ -536,6 +536,9 @@ WITH src AS (
     SELECT tenant_id, $16, document_id, version, $7,
            $17::jsonb || jsonb_build_object('source_artifact_id', (SELECT artifact_id FROM src))
     FROM doc
+), queued AS (
+""" + QUEUE_INSERT + """
+    SELECT tenant_id, document_id, version, chunker_version, $25, $15 FROM doc WHERE $25::text IS NOT NULL
 ), outcome AS (
 """ + _OUTCOME_UPSERT.replace("VALUES ($1, current_date, $2, $3, 1)",
                               "SELECT tenant_id, current_date, 'accepted', '', 1 FROM doc") + """

@@ -58,7 +58,8 @@ from knowledge.retry import retry_transient, typed_faults
 from knowledge.search import LexicalArm, Searcher, get_chunk
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
-from knowledge.semantic.store import VectorWriter, ensure_index, reembed_missing
+from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending
+from knowledge.semantic.store import ensure_index
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
@@ -95,6 +96,9 @@ class SemanticStatus(BaseModel):
     restarts: int
     #: Searches answered by the lexical arm alone because the embedder could not answer in time.
     searches_without_arm: int = 0
+    #: What waits for vectors (ingest commits without them; the embedding drain adds them), or None
+    #: if the database could not say.
+    backlog: Backlog | None = None
 
 
 class Health(BaseModel):
@@ -135,6 +139,8 @@ class KnowledgeService:
         self.searcher = Searcher(db, [LexicalArm()])
         #: The semantic arm's embedder child's owner, when the arm is on (`enable_semantic`).
         self.embedder: Embedder | None = None
+        #: The semantic arm's embedding drain (the queue's consumer), when the arm is on.
+        self.drain: EmbeddingDrain | None = None
         self.semantic_version: str | None = None
         self.attachment_queue = AttachmentQueue(db)
         #: The maintenance worker (attachment workers and the sweeper), when ``attachment_workers`` > 0.
@@ -199,39 +205,75 @@ class KnowledgeService:
                 held.reraise()
 
     async def _enable_semantic(self) -> None:
-        """Start the embedder (an actor of this service's task group that owns its child), make
-        sure the model version's HNSW index exists, and add the arm beside the lexical one; chunks
+        """Start the embedder (an actor of this service's task group that owns its child) and the
+        embedding drain (the queue's consumer), make sure the model version's HNSW index exists,
+        and add the arm beside the lexical one. Ingest queues its chunk sets and commits without
+        waiting for vectors (`knowledge.semantic.queue`). With ``semantic_backfill``, chunk sets
         that have no vectors under this version (ingested with the arm off, or under another model
-        version) are embedded by a background backfill (`reembed`)."""
+        version) are queued at start, in the background."""
         window = self.settings.semantic_window
         version = model_version(window)
         await ensure_index(self.db, version, DIM)
         self.embedder = Embedder(window=window, threads=self.settings.embedder_threads)
         await self._task_group.start(self.embedder.run)
         self.semantic_version = version
-        writer = VectorWriter(self.embedder, version)
-        self.ingestor.vectors = writer
+        self.drain = EmbeddingDrain(self.db, self.embedder, version)
+        await self._task_group.start(self.drain.run)
+        self.ingestor.embed_version = version
+        self.ingestor.on_queued = self.drain.wake
         self.searcher.arms = [LexicalArm(), SemanticArm(self.embedder, version, DIM)]
         if self.settings.semantic_backfill:
             self.start_background("semantic-backfill", self._backfill)
 
     async def _backfill(self) -> None:
         try:
-            done = await self.reembed()
-            if done:
-                _log.info("semantic arm: embedded %d chunks that had no %s vectors", done, self.semantic_version)
+            queued = await self._enqueue_missing(None)
+            if queued:
+                _log.info("semantic arm: queued %d chunks that had no %s vectors", queued, self.semantic_version)
         except Exception:
-            _log.exception("semantic backfill failed; `knowledge reembed` (or a restart) resumes it")
+            _log.exception("semantic backfill failed; `knowledge docs reembed` (or a restart) resumes it")
 
-    async def reembed(self, tenant_id: str | None = None) -> int:
-        """Embed, under the configured model version, every chunk (of one tenant, or all; live,
-        superseded and re-chunked sets alike) that has no vector under it, from stored chunk text —
-        no re-upload, no re-chunking; existing vectors of other versions stay. Returns the number
-        of chunks embedded. Requires the semantic arm. Cancellation: the batch in flight is not
-        written; what was written stays and the next call resumes."""
-        if self.embedder is None or self.semantic_version is None:
-            raise ConfigurationError(message="re-embedding needs the semantic arm (semantic_arm=True)")
-        return await reembed_missing(self.db, VectorWriter(self.embedder, self.semantic_version), tenant_id)
+    def _semantic(self) -> tuple[EmbeddingDrain, str]:
+        if self.drain is None or self.semantic_version is None:
+            raise ConfigurationError(message="this needs the semantic arm (semantic_arm=True)")
+        return self.drain, self.semantic_version
+
+    async def _enqueue_missing(self, tenant_id: str | None) -> int:
+        drain, version = self._semantic()
+        queued = await retry_transient("reembed", functools.partial(enqueue_missing, self.db, version, tenant_id))
+        drain.wake()
+        return queued
+
+    async def reembed(self, tenant_id: str | None = None, *, wait: bool = True) -> int:
+        """Queue, under the configured model version, every chunk set (of one tenant, or all; live,
+        superseded and re-chunked alike) that has a chunk without a vector under it — embedded from
+        stored chunk text, no re-upload, no re-chunking; vectors of other versions stay — and, with
+        ``wait``, wait until the tenant's queue is drained. Returns the number of chunks queued.
+        Requires the semantic arm. Cancellation: the wait stops; what was queued stays queued."""
+        queued = await self._enqueue_missing(tenant_id)
+        if wait and tenant_id is not None:
+            await self._until_drained(tenant_id, None)
+        return queued
+
+    async def wait_embedded(self, document_id: UUID | None = None, *, tenant_id: str) -> None:
+        """Return once every chunk set of a document (or, with None, of the tenant) queued for the
+        semantic arm has its vectors (ingest returns before they exist; at once if nothing is
+        queued). Bound it the structured way: ``with anyio.move_on_after(30): await
+        svc.wait_embedded(doc.document_id, tenant_id=...)``. Requires the semantic arm.
+        Cancellation: the wait stops; nothing changes."""
+        await self._until_drained(tenant_id, document_id)
+
+    async def _until_drained(self, tenant_id: str, document_id: UUID | None) -> None:
+        drain, version = self._semantic()
+        while await retry_transient("wait_embedded", functools.partial(pending, self.db, version, tenant_id,
+                                                                       document_id)):
+            await drain.progressed(at_most=1.0)  # another process's drain may be the one at work
+
+    async def embedding_backlog(self, tenant_id: str | None = None) -> Backlog:
+        """What waits for the semantic arm (of one tenant, or all): chunk sets and chunks, the
+        oldest wait, this process's drain rate. Requires the semantic arm."""
+        drain, _ = self._semantic()
+        return await retry_transient("embedding_backlog", functools.partial(drain.backlog, tenant_id))
 
     async def ingest(
         self,
@@ -462,6 +504,8 @@ class KnowledgeService:
         try:
             row = await self.db.fetchrow("SELECT current_setting('server_version') AS v, current_database() AS d")
             versions = await applied_versions(self.db)
+            if common["semantic"] is not None and self.drain is not None:
+                common["semantic"].backlog = await self.drain.backlog()
         except Exception as exc:
             return Health(ok=False, server_version=None, database=None, schema_version=0,
                           latency_ms=(time.perf_counter() - began) * 1000, error=repr(exc), **common)

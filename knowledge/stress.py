@@ -480,6 +480,18 @@ class Driver:
                     return
                 await anyio.sleep(0.2)
 
+    async def drain_embeddings(self, seconds: float = 900.0) -> list[str]:
+        """With the semantic arm on, wait until the embedding queue is empty (the load has stopped);
+        what is still queued after ``seconds`` is a problem of its own."""
+        if self.svc.drain is None:
+            return []
+        with anyio.move_on_after(seconds):
+            while (backlog := await self.svc.embedding_backlog()).chunk_sets:
+                await self.svc.drain.progressed(at_most=1.0)
+            return []
+        return [f"the embedding queue did not drain in {seconds:.0f} s after the load: {backlog.chunks} chunks "
+                f"of {backlog.chunk_sets} chunk sets left ({backlog.stuck_sets} stuck)"]
+
 
 def _settings(options: StressOptions, data_dir: Path, application_name: str) -> Settings:
     return Settings(dsn=options.dsn, data_dir=data_dir, pool_max_size=12, sweep_interval_seconds=2.0,
@@ -520,9 +532,12 @@ async def run_stress(options: StressOptions) -> StressReport:
             await driver.run()
             seconds = time.monotonic() - began
             await driver.drain()
-            leaks = driver.audit_problems + [f"leak: {leak.why} ({leak.chunk_id}, document {leak.document_id}, "
-                                             f"to {leak.principal_id})" for leak in driver.model.leaks()]
-            storage = await audit_storage(svc.db, driver.model, driver.tenants, semantic_version=svc.semantic_version)
+            undrained = await driver.drain_embeddings()
+            leaks = driver.audit_problems + undrained + [
+                f"leak: {leak.why} ({leak.chunk_id}, document {leak.document_id}, to {leak.principal_id})"
+                for leak in driver.model.leaks()]
+            storage = await audit_storage(svc.db, driver.model, driver.tenants, semantic_version=svc.semantic_version,
+                                          drained=not undrained)
             attachments = await audit_attachments(svc.db, driver.marked)
             dsn = svc.db.dsn
         rss_end = psutil.Process().memory_info().rss

@@ -1,9 +1,11 @@
-"""The semantic arm (issue 11): isolation inside the ANN query, both arms or neither, re-embedding,
-the embedder child's supervision. Runs the real packaged model in its real child process; skipped
+"""The semantic arm (issues 11, 18): isolation inside the ANN query, the embedding queue (ingest
+commits without vectors; vectors follow, never outliving their chunks), re-embedding through the
+same queue, the embedder child's supervision. Runs the real packaged model in its real child process; skipped
 where the ``semantic`` extra is not installed."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import uuid
@@ -29,7 +31,7 @@ from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import available
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
-from supervisors.embedder import EmbedderUnavailable
+from supervisors.embedder import BATCH_PASSAGES
 from tests.test_cli import knowledge  # noqa: F401  (the CLI fixture)
 from tests.test_ingest import footprint, nothing_but_inputs, put, writer
 from tests.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
@@ -82,11 +84,21 @@ async def chunks_without_vectors(svc: KnowledgeService, tenant: str) -> int:
                  AND e.model_version = $2)""", tenant, svc.semantic_version))
 
 
-async def ingest(svc: KnowledgeService, tenant: str, text: str, **kw: Any) -> uuid.UUID:
+async def ingest(svc: KnowledgeService, tenant: str, text: str, *, embedded: bool = True, **kw: Any) -> uuid.UUID:
+    """Ingest ``text``; with ``embedded``, also wait until its vectors are written (a hang detector)."""
     ref = await put(svc, tenant, text)
     doc = await svc.ingest(ref, kw.pop("title", "ops.md"), kw.pop("visibility", "tenant"), writer(tenant),
                            origin_trust=TrustLevel.USER, **kw)
+    if embedded:
+        with anyio.fail_after(300):
+            await svc.wait_embedded(doc.document_id, tenant_id=tenant)
     return doc.document_id
+
+
+async def queued(svc: KnowledgeService, tenant: str) -> list[Any]:
+    return list(await svc.db.fetch(
+        "SELECT document_id, version, chunker_version, leased_until FROM knowledge_embedding_queue "
+        "WHERE tenant_id = $1 AND model_version = $2", tenant, svc.semantic_version))
 
 
 def q(tenant: str, text: str, **kw: Any) -> KnowledgeQuery:
@@ -109,6 +121,7 @@ class SemanticVisibilityMachine(VisibilityMachine):
         query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
                                text=" ".join(words), sensitivity_ceiling=ceiling)
         _, sem = arms(self.svc)
+        self.portal.call(functools.partial(self.svc.wait_embedded, tenant_id=self.tenant(tenant)))
         visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
         for exact_max in (10**9, 0):  # the exact pass, then the HNSW index
             sem.exact_max_windows = exact_max
@@ -131,82 +144,125 @@ def test_gate_visibility_isolation_semantic_arm(database_dsn: str, backend: str)
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
 
 
-# ------------------------------------------------------------------ both arms or neither
+# ------------------------------------------------------------------ the queue
 
 
 @pytest.mark.anyio
-async def test_gate_both_arms_or_neither(semantic: KnowledgeService, tenant: str) -> None:
-    """Committed: every chunk has its index rows and its vectors. Cancelled while embedding, failed
-    inside the transaction after the vectors were written, or refused for an unavailable embedder:
-    nothing of it in either arm."""
-    doc = await ingest(semantic, tenant, BACKUPS)
-    fp = await footprint(semantic, tenant)
-    assert fp["chunks"] == fp["index_rows"] > 0
-    assert await chunks_without_vectors(semantic, tenant) == 0 and await vectors_of(semantic, tenant) >= fp["chunks"]
+async def test_gate_queued_with_its_chunks_and_vectors_never_outlive_them(semantic: KnowledgeService,
+                                                                          tenant: str) -> None:
+    """Ingest commits the chunks, their index rows and their queue row in one transaction, and
+    nothing of a failed or cancelled one; the lexical arm finds a passage at once, the semantic arm
+    once the drain wrote its vectors; then the row is gone and every chunk has vectors."""
+    in_tx: dict[str, int] = {}
+
+    async def look(at: str, conn: Connection | None) -> None:
+        if at == "before_commit" and conn is not None:
+            in_tx["queued"] = await conn.fetchval(
+                "SELECT count(*) FROM knowledge_embedding_queue WHERE tenant_id = $1", tenant)
+            in_tx["vectors"] = await conn.fetchval(
+                "SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", tenant)
+
+    semantic.ingestor.fault_hook = look
+    doc = await ingest(semantic, tenant, BACKUPS, embedded=False)
+    semantic.ingestor.fault_hook = None
+    assert in_tx == {"queued": 1, "vectors": 0}  # queued inside the ingest's transaction, no vector yet
     lexical, sem = arms(semantic)
     assert {c.document_id for c in await lexical.search(semantic.db, q(tenant, "snapshot restore"), 50)} == {doc}
+    with anyio.fail_after(300):
+        await semantic.wait_embedded(doc, tenant_id=tenant)
+    fp = await footprint(semantic, tenant)
+    assert fp["chunks"] == fp["index_rows"] > 0 and await queued(semantic, tenant) == []
+    assert await chunks_without_vectors(semantic, tenant) == 0 and await vectors_of(semantic, tenant) >= fp["chunks"]
     assert {c.document_id for c in await sem.search(semantic.db, q(tenant, "snapshot restore"), 50)} == {doc}
 
     other = f"{tenant}-x"
-    # Cancelled while the child embeds (before the transaction opens).
     ref = await put(semantic, other, BACKUPS)
-    with anyio.move_on_after(0.05):
-        await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
-    # Failed inside the transaction, after the vectors were written.
 
-    async def boom(at: str, conn: Connection) -> None:
+    async def boom(at: str, conn: Connection | None) -> None:
         if at == "before_commit":
-            assert await conn.fetchval("SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", other) > 0
-            raise RuntimeError("injected after the vectors were written")
+            raise RuntimeError("injected after the queue row was written")
 
     semantic.ingestor.fault_hook = boom
     with pytest.raises(RuntimeError, match="injected"):
         await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
-    semantic.ingestor.fault_hook = None
-    # Cancelled inside the transaction.
+    caller = anyio.CancelScope()
 
-    async def stall(at: str, conn: Connection) -> None:
+    async def cancel(at: str, conn: Connection | None) -> None:
         if at == "before_commit":
-            await anyio.sleep(30)
+            caller.cancel()
+            await anyio.sleep_forever()
 
-    semantic.ingestor.fault_hook = stall
-    with anyio.move_on_after(2):
+    semantic.ingestor.fault_hook = cancel
+    with caller:
         await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
     semantic.ingestor.fault_hook = None
+    assert caller.cancelled_caught
     assert nothing_but_inputs(await footprint(semantic, other))
-    assert await vectors_of(semantic, other) == 0
-    audit = await audit_storage(semantic.db, None, [tenant, other], semantic_version=semantic.semantic_version)
+    assert await queued(semantic, other) == [] and await vectors_of(semantic, other) == 0
+    audit = await audit_storage(semantic.db, None, [tenant, other], semantic_version=semantic.semantic_version,
+                                drained=True)
     assert audit.ok and audit.live_documents == 1, audit
-    assert await lexical.search(semantic.db, q(other, "snapshot restore"), 50) == []
-    assert await sem.search(semantic.db, q(other, "snapshot restore"), 50) == []
 
 
 @pytest.mark.anyio
-async def test_embedder_death_fails_the_ingest_typed_and_writes_nothing(semantic: KnowledgeService,
-                                                                        tenant: str) -> None:
-    embedder = semantic.embedder
-    assert embedder is not None
+async def test_a_document_deleted_while_its_batch_is_in_the_child_leaves_no_vector(semantic: KnowledgeService,
+                                                                                  tenant: str) -> None:
+    """The drain has read the chunks and the child is embedding them (stopped, so it stays there)
+    when the document is deleted: the queue row goes with the chunk set, and the vectors that come
+    back are not written — no vector outlives its chunk."""
+    embedder, drain = semantic.embedder, semantic.drain
+    assert embedder is not None and drain is not None
+    await ingest(semantic, tenant, BACKUPS)  # the child is up and warm
+    pid = embedder.pid
+    assert pid is not None
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        doc = await ingest(semantic, tenant, BACKUPS.replace("Disaster", "Cluster"), embedded=False, title="b.md")
+        with anyio.fail_after(60):
+            while not drain.in_flight:  # noqa: ASYNC110  (the drain's state, polled)
+                await anyio.sleep(0.02)
+        await semantic.delete(doc, writer(tenant))
+        assert await queued(semantic, tenant) == []
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    with anyio.fail_after(120):
+        while drain.in_flight:  # noqa: ASYNC110  (the batch comes back; its vectors are skipped)
+            await anyio.sleep(0.02)
+    assert embedder.pid == pid and embedder.restarts == 0
+    assert int(await semantic.db.fetchval(
+        "SELECT count(*) FROM knowledge_embeddings e WHERE e.tenant_id = $1 AND NOT EXISTS ("
+        "SELECT 1 FROM knowledge_chunks c WHERE c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id)", tenant)) == 0
+    assert await chunks_without_vectors(semantic, tenant) == 0  # the first document's
+
+
+@pytest.mark.anyio
+async def test_an_embedder_killed_mid_backlog_loses_nothing(semantic: KnowledgeService, tenant: str) -> None:
+    """The drain is writing a long document's batches when the child is killed: the batch in flight
+    fails, its rows go back to the queue, the actor restarts the child, and the drain finishes —
+    every chunk embedded, the ingest itself long since committed and searchable lexically."""
+    embedder, drain = semantic.embedder, semantic.drain
+    assert embedder is not None and drain is not None
     await ingest(semantic, tenant, BACKUPS)  # the child is up
     first = embedder.pid
     assert first is not None
-    ref = await put(semantic, f"{tenant}-k", BACKUPS * 40)  # long enough to be killed mid-request
-
-    async def kill_soon() -> None:
-        await anyio.sleep(0.3)
-        os.killpg(first, signal.SIGKILL)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(kill_soon)
-        with pytest.raises(EmbedderUnavailable) as info:
-            await semantic.ingest(ref, "big.md", "tenant", writer(f"{tenant}-k"), origin_trust=TrustLevel.USER)
-    assert info.value.reason == "embedder_unavailable" and getattr(info.value, "transient", False)
-    assert nothing_but_inputs(await footprint(semantic, f"{tenant}-k"))
-    # The actor restarts the child; the same ingest then succeeds.
-    doc = await semantic.ingest(ref, "big.md", "tenant", writer(f"{tenant}-k"), origin_trust=TrustLevel.USER)
+    big = f"{tenant}-k"
+    before = drain.embedded_chunks
+    doc = await ingest(semantic, big, BACKUPS * 400, embedded=False, title="big.md")  # 4 batches or more
+    assert (await footprint(semantic, big))["chunks"] > BATCH_PASSAGES  # two batches at least
+    assert doc in {c.document_id for c in await arms(semantic)[0].search(semantic.db, q(big, "snapshot"), 50)}
+    with anyio.fail_after(120):  # a first batch written and the next one in the child: mid-backlog
+        while drain.embedded_chunks == before or not drain.in_flight:  # noqa: ASYNC110  (the drain's state)
+            await anyio.sleep(0.01)
+    os.killpg(first, signal.SIGKILL)
+    with anyio.fail_after(600):
+        await semantic.wait_embedded(doc, tenant_id=big)
     assert embedder.pid not in (None, first) and embedder.restarts == 1
-    assert await chunks_without_vectors(semantic, f"{tenant}-k") == 0
-    assert doc.document_id in {c.document_id for c in await arms(semantic)[1].search(
-        semantic.db, q(f"{tenant}-k", "restore the cluster from a snapshot"), 10)}
+    assert await chunks_without_vectors(semantic, big) == 0 and await queued(semantic, big) == []
+    assert doc in {c.document_id for c in await arms(semantic)[1].search(
+        semantic.db, q(big, "restore the cluster from a snapshot"), 10)}
+    health = await semantic.health()
+    assert health.semantic is not None and health.semantic.backlog is not None
+    assert health.semantic.backlog.model_version == semantic.semantic_version
 
 
 @pytest.mark.anyio
@@ -284,7 +340,8 @@ async def test_a_child_that_dies_idle_is_replaced_unasked_and_backoff_forgives_c
 
 
 @pytest.mark.anyio
-async def test_a_stream_of_searches_does_not_starve_an_ingest(semantic: KnowledgeService, tenant: str) -> None:
+async def test_a_stream_of_searches_does_not_starve_the_embedding_drain(semantic: KnowledgeService,
+                                                                         tenant: str) -> None:
     await ingest(semantic, tenant, BACKUPS)
     _, sem = arms(semantic)
     sem.query_wait_seconds = 120  # every search waits for its vector here, however loaded the machine
@@ -298,8 +355,7 @@ async def test_a_stream_of_searches_does_not_starve_an_ingest(semantic: Knowledg
     async with anyio.create_task_group() as tg:
         for _ in range(8):  # always a query waiting: served strictly first, they would starve the batches
             tg.start_soon(searcher)
-        with anyio.fail_after(300):
-            await ingest(semantic, f"{tenant}-big", BACKUPS * 20)
+        await ingest(semantic, f"{tenant}-big", BACKUPS * 20)  # waits for the drain, under the searches
         done.set()
     assert searched[0] > 8 and semantic.searcher.without["semantic"] == 0
     assert await chunks_without_vectors(semantic, f"{tenant}-big") == 0
@@ -366,6 +422,9 @@ async def test_deletion_removes_the_vectors(semantic: KnowledgeService, tenant: 
 async def test_rechunk_embeds_the_new_chunk_set(semantic: KnowledgeService, tenant: str) -> None:
     doc = await ingest(semantic, tenant, BACKUPS)
     count = await semantic.rechunk(doc, ParagraphChunker(), writer(tenant))
+    assert len(await queued(semantic, tenant)) <= 1  # the new set, queued in the re-chunk's transaction
+    with anyio.fail_after(300):
+        await semantic.wait_embedded(doc, tenant_id=tenant)
     assert count >= 1 and await chunks_without_vectors(semantic, tenant) == 0
     found = await arms(semantic)[1].search(semantic.db, q(tenant, "change the admin password"), 10)
     assert found and all(c.chunk_id.startswith("kc_") for c in found)
@@ -412,8 +471,8 @@ def test_semantic_arm_on_needs_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     assert enabled(False) is False
 
 
-def test_ingestor_without_vectors_is_lexical_only() -> None:
-    assert Ingestor.__dataclass_fields__["vectors"].default is None
+def test_ingestor_without_a_model_version_queues_nothing() -> None:
+    assert Ingestor.__dataclass_fields__["embed_version"].default is None
 
 
 def test_cli_reembed_fills_a_tenant_ingested_lexical_only(knowledge: Any, tmp_path: Any) -> None:  # noqa: F811

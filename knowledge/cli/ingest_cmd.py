@@ -32,6 +32,7 @@ from knowledge.errors import ArtifactTooLarge, KnowledgeError
 from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, Authority, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.render import PATH_SEPARATOR
+from knowledge.semantic.queue import Backlog
 from knowledge.service import KnowledgeService
 
 #: What counts as success: no refusal among these outcomes.
@@ -177,6 +178,10 @@ def ingest(
     title: Annotated[str | None, typer.Option(help="Title (one file only; default: the file's name, or "
                                                    "its path inside the folder).")] = None,
     doc_date: Annotated[str | None, typer.Option(help="The documents' date, YYYY-MM-DD.")] = None,
+    wait_embedded: Annotated[float | None, typer.Option(
+        help="With the semantic arm on: wait up to this many seconds for the documents' vectors (ingest "
+             "commits without them; they are added in the background by any service running the arm).",
+        metavar="SECONDS")] = None,
 ) -> int:
     """Ingest files and folders: media type from content and extension, a progress bar, outcomes by
     reason. Exit 0 if every file was ingested (or was already there, unchanged), 1 if any was refused."""
@@ -196,23 +201,25 @@ def ingest(
     request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
                                "authority": authority, "sensitivity": sensitivity}
     began = time.perf_counter()
-    results = opts.run(lambda: _ingest_all(opts, principal, files, request))
+    results, backlog = opts.run(lambda: _ingest_all(opts, principal, files, request, wait_embedded))
     elapsed = time.perf_counter() - began
     counts = tally(results)
     code = EXIT_OK if all(r.outcome in OK_OUTCOMES for r in results) else EXIT_REFUSED
     if opts.out.json:
-        opts.out.emit_json({"files": results, "outcomes": counts, "exit_code": code})
+        opts.out.emit_json({"files": results, "outcomes": counts, "embedding_backlog": backlog, "exit_code": code})
         return code
     _report(opts, results, counts, elapsed)
+    if backlog is not None:
+        opts.out.line(backlog.describe())
     return code
 
 
 async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Path, str]],
-                      request: dict[str, Any]) -> list[FileOutcome]:
+                      request: dict[str, Any], wait_embedded: float | None) -> tuple[list[FileOutcome], Backlog | None]:
     results: list[FileOutcome] = []
+    backlog = None
     async with open_service(opts) as svc:
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=opts.out.err, disable=opts.out.json or not opts.out.err.is_terminal)
+        progress = _progress(opts)
         with progress:
             task = progress.add_task("ingesting", total=len(files))
             for file, title in files:
@@ -220,7 +227,36 @@ async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Pat
                 results.append(await ingest_file(svc, principal, file, title, request))
                 progress.advance(task)
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
-    return results
+        if svc.drain is not None:
+            if wait_embedded:
+                await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
+            backlog = await svc.embedding_backlog(principal.tenant_id)
+    return results, backlog
+
+
+def _progress(opts: Options) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=opts.out.err, disable=opts.out.json or not opts.out.err.is_terminal)
+
+
+async def _wait_embedded(svc: KnowledgeService, tenant: str, seconds: float, progress: Progress) -> None:
+    """Wait (bounded) for the tenant's queued chunks to get their vectors, showing them go down."""
+    first = await svc.embedding_backlog(tenant)
+    with progress:
+        task = progress.add_task("embedding (loading the model…)", total=first.chunks)
+        with anyio.move_on_after(seconds):
+            async with anyio.create_task_group() as tg:
+                async def show() -> None:
+                    while True:
+                        left = (await svc.embedding_backlog(tenant)).chunks
+                        serving = svc.embedder is not None and svc.embedder.serving
+                        progress.update(task, completed=first.chunks - left,
+                                        description="embedding" if serving else "embedding (loading the model…)")
+                        await anyio.sleep(0.5)
+
+                tg.start_soon(show)
+                await svc.wait_embedded(tenant_id=tenant)
+                tg.cancel_scope.cancel()
 
 
 def _report(opts: Options, results: list[FileOutcome], counts: dict[str, int], elapsed: float) -> None:

@@ -18,6 +18,7 @@ from knowledge.catalog import CitationCounts, CorpusSize
 from knowledge.cli.context import open_service, options
 from knowledge.cli.output import human_bytes
 from knowledge.metrics import IngestStats
+from knowledge.semantic.queue import Backlog
 from knowledge.trace import BudgetPressure
 
 NO_TRACES = "n/a (no turns traced)"
@@ -27,13 +28,15 @@ def stats(ctx: typer.Context) -> int:
     """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, citation counts."""
     opts = options(ctx)
 
-    async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None, QueueOverview]:
+    async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None, QueueOverview,
+                             Backlog | None]:
         async with open_service(opts) as svc:
             return (await svc.corpus_size(opts.tenant), await svc.ingest_stats(opts.tenant),
                     await svc.budget_pressure(opts.tenant), await svc.citation_counts(opts.tenant),
-                    await svc.attachment_overview(opts.tenant))
+                    await svc.attachment_overview(opts.tenant),
+                    await svc.embedding_backlog(opts.tenant) if svc.drain is not None else None)
 
-    corpus, ingest, pressure, citations, attachments = opts.run(run)
+    corpus, ingest, pressure, citations, attachments, backlog = opts.run(run)
     traced = pressure.turns > 0
     if opts.out.json:
         opts.out.emit_json({
@@ -46,6 +49,7 @@ def stats(ctx: typer.Context) -> int:
                                  "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
             "citations": citations if citations is not None and citations.traces else None,
             "attachments": attachments,
+            "embedding_backlog": backlog,
         })
         return 0
     out = opts.out
@@ -85,6 +89,13 @@ def stats(ctx: typer.Context) -> int:
                       [(t.document_id, t.title or "(deleted)", t.citations) for t in citations.top_documents],
                       wrap=["title"])
     _attachments(opts, attachments)
+    if backlog is not None:
+        out.fields(f"Semantic arm ({backlog.model_version})", {
+            "waiting for vectors": f"{backlog.chunks} chunks in {backlog.chunk_sets} chunk sets"
+                                   + (f" ({backlog.stuck_sets} stuck: `knowledge docs reembed` retries them)"
+                                      if backlog.stuck_sets else ""),
+            "oldest wait": f"{backlog.oldest_wait_seconds:.0f} s",
+        })
     return 0
 
 

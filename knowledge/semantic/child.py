@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import struct
 import sys
@@ -56,6 +57,10 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing a library prints may corrupt the frames
+    # Nor land in the host's terminal: no progress bars or chatter while the model loads.
+    for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TQDM_DISABLE", "1"),
+                        ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(name, value)
 
     from knowledge.semantic.encoder import DIM, Encoder
 

@@ -1,0 +1,284 @@
+"""The embedding queue (migration 0009): ingest commits without vectors; vectors follow.
+
+An ingest (or re-chunk) with the semantic arm on writes, in its own transaction, one queue row per
+chunk set and model version. `EmbeddingDrain` — an actor of the service's task group — claims rows
+in ingest order under a lease, embeds the set's chunks that have no vector under the version (in
+the embedder child, a batch of `BATCH_PASSAGES` passages per request, interleaved there with
+query embeddings), writes each batch's vectors as soon as it has them, and deletes the row when
+the set is done. Until then the lexical arm finds the passages and the semantic arm does not.
+
+- **Nothing is lost.** The queue lives in the database: a killed process's lease expires and any
+  drain takes the row again; a batch whose vectors were written is not embedded twice (only
+  chunks without vectors are read), and writing a vector twice is a no-op.
+- **Nothing outlives its chunk.** Queue rows go with their chunk set and vectors with their chunk
+  (ON DELETE CASCADE); a chunk deleted while its batch was in the child is skipped at write time.
+  The ANN query keeps every isolation predicate, so a superseded set's vectors are never returned
+  as live.
+- **One path.** A new model version, or chunks ingested while the arm was off, are queued by
+  `enqueue_missing` (at start, and by `KnowledgeService.reembed`) and drained the same way.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import BaseModel
+
+from knowledge.semantic.store import insert_missing
+from knowledge.store.db import Database
+from supervisors.embedder import BATCH_PASSAGES, Embedder, EmbedderUnavailable
+
+_log = logging.getLogger(__name__)
+
+#: Queue rows claimed at once (small documents share a request to the child).
+CLAIM_ROWS = 8
+#: A claim's lease, renewed after every batch: a drain that dies frees its rows after this.
+LEASE_SECONDS = 120.0
+#: How often an idle drain looks for rows queued by other processes (its own ingests wake it).
+POLL_SECONDS = 2.0
+#: Claims of one row that may end without progress before it is left for an operator.
+MAX_ATTEMPTS = 5
+#: How long a drain waits after the embedder could not answer, or after a database fault.
+RETRY_SECONDS = 1.0
+
+
+class Backlog(BaseModel):
+    """What waits for the semantic arm (`KnowledgeService.health`, ``knowledge stats``)."""
+
+    model_version: str
+    chunk_sets: int
+    chunks: int
+    #: Chunk sets whose embedding failed `MAX_ATTEMPTS` times in a row: left for an operator.
+    stuck_sets: int = 0
+    #: Seconds the oldest queued chunk set has waited (0 when nothing waits).
+    oldest_wait_seconds: float
+    #: Windows embedded per second by this process's drain over the last minute.
+    windows_per_second: float
+
+    def describe(self) -> str:
+        """One line for a person: what still waits for vectors, or that nothing does."""
+        if not self.chunks:
+            return f"semantic arm ({self.model_version}): every chunk has its vectors"
+        return (f"semantic arm ({self.model_version}): vectors are still being added — {self.chunks} chunks "
+                f"waiting; search answers lexically for those until then")
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    tenant_id: str
+    seq: int
+    document_id: uuid.UUID
+    version: int
+    chunker_version: str
+
+
+# --- SQL -----------------------------------------------------------------------------------------
+
+#: The columns a queued row needs of its chunk set; ``$n`` placeholders as the caller wants them.
+QUEUE_INSERT = """
+INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version, chunk_count)
+"""
+
+_CLAIM = """
+UPDATE knowledge_embedding_queue q
+SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = q.attempts + 1
+FROM (SELECT tenant_id, seq FROM knowledge_embedding_queue
+      WHERE model_version = $1 AND (leased_until IS NULL OR leased_until < clock_timestamp()) AND attempts < $4
+      ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) picked
+WHERE q.tenant_id = picked.tenant_id AND q.seq = picked.seq
+RETURNING q.tenant_id, q.seq, q.document_id, q.version, q.chunker_version
+"""
+
+_UNEMBEDDED_OF_SET = """
+SELECT c.chunk_id, c.heading_path, c.text FROM knowledge_chunks c
+WHERE c.tenant_id = $1 AND c.document_id = $2 AND c.version = $3 AND c.chunker_version = $4
+  AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                  WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $5)
+ORDER BY c.ordinal
+"""
+
+_RENEW = """
+UPDATE knowledge_embedding_queue SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = 0
+WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
+"""
+_RELEASE = """
+UPDATE knowledge_embedding_queue SET leased_until = NULL
+WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
+"""
+_DONE = "DELETE FROM knowledge_embedding_queue WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])"
+
+_ENQUEUE_MISSING = QUEUE_INSERT + """
+SELECT s.tenant_id, s.document_id, s.version, s.chunker_version, $1, s.chunk_count
+FROM knowledge_chunk_sets s
+WHERE ($2::text IS NULL OR s.tenant_id = $2)
+  AND EXISTS (SELECT 1 FROM knowledge_chunks c
+              WHERE c.tenant_id = s.tenant_id AND c.document_id = s.document_id AND c.version = s.version
+                AND c.chunker_version = s.chunker_version
+                AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                                WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id
+                                  AND e.model_version = $1))
+ORDER BY s.created_at
+ON CONFLICT (tenant_id, document_id, version, chunker_version, model_version) DO UPDATE SET attempts = 0
+RETURNING chunk_count
+"""
+
+_BACKLOG = """
+SELECT count(*) AS sets, count(*) FILTER (WHERE q.attempts >= $2) AS stuck,
+       coalesce(extract(epoch FROM clock_timestamp() - min(q.queued_at)), 0)::float8 AS oldest,
+       (SELECT count(*) FROM knowledge_embedding_queue q2
+        JOIN knowledge_chunks c ON c.tenant_id = q2.tenant_id AND c.document_id = q2.document_id
+             AND c.version = q2.version AND c.chunker_version = q2.chunker_version
+        WHERE q2.model_version = $1 AND ($3::text IS NULL OR q2.tenant_id = $3)
+          AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                          WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $1)
+       ) AS chunks
+FROM knowledge_embedding_queue q WHERE q.model_version = $1 AND ($3::text IS NULL OR q.tenant_id = $3)
+"""
+
+
+async def enqueue_missing(db: Database, version: str, tenant: str | None = None) -> int:
+    """Queue every chunk set (of ``tenant``, or all; live, superseded and re-chunked alike, so
+    ``as_of`` works under the version) that has a chunk without a vector under ``version``; returns
+    the number of chunks in those sets. Sets already queued stay where they are in the queue, and
+    any left for an operator (`MAX_ATTEMPTS`) are tried again."""
+    rows = await db.fetch(_ENQUEUE_MISSING, version, tenant)
+    return sum(int(r["chunk_count"]) for r in rows)
+
+
+async def pending(db: Database, version: str, tenant: str, document_id: uuid.UUID | None = None) -> int:
+    """Chunk sets of ``tenant`` (of one document, if given) queued under ``version``."""
+    return int(await db.fetchval(
+        """SELECT count(*) FROM knowledge_embedding_queue
+           WHERE tenant_id = $1 AND model_version = $2 AND ($3::uuid IS NULL OR document_id = $3)""",
+        tenant, version, document_id))
+
+
+# --- the drain -----------------------------------------------------------------------------------
+
+
+@dataclass
+class EmbeddingDrain:
+    """Drains the queue for one model version through one embedder (see the module docstring)."""
+
+    db: Database
+    embedder: Embedder
+    version: str
+    claim_rows: int = CLAIM_ROWS
+    lease_seconds: float = LEASE_SECONDS
+    poll_seconds: float = POLL_SECONDS
+    #: Windows embedded: (monotonic time, windows) per written batch, for the rate.
+    _done: collections.deque[tuple[float, int]] = field(default_factory=lambda: collections.deque(maxlen=4096))
+    _wake: anyio.Event = field(default_factory=anyio.Event)
+    _progress: anyio.Event = field(default_factory=anyio.Event)
+    #: Chunks embedded (or found deleted when their vectors came back) by this drain.
+    embedded_chunks: int = 0
+    #: Chunks sent to the embedder whose vectors are not yet written (0 between batches).
+    in_flight: int = 0
+
+    def wake(self) -> None:
+        """Something was queued in this process: look now rather than at the next poll."""
+        self._wake.set()
+
+    async def progressed(self, at_most: float) -> None:
+        """Return after the next written batch (or claim that found nothing), or ``at_most`` seconds."""
+        with anyio.move_on_after(at_most):
+            await self._progress.wait()
+
+    def windows_per_second(self, over: float = 60.0) -> float:
+        now = time.monotonic()
+        recent = [(t, n) for t, n in self._done if now - t <= over]
+        if not recent:
+            return 0.0
+        return sum(n for _, n in recent) / max(now - recent[0][0], 1.0)
+
+    async def backlog(self, tenant: str | None = None) -> Backlog:
+        """What waits (of one tenant, or all); the rate is this drain's, whoever it worked for."""
+        row = await self.db.fetchrow(_BACKLOG, self.version, MAX_ATTEMPTS, tenant)
+        assert row is not None
+        return Backlog(model_version=self.version, chunk_sets=int(row["sets"]), chunks=int(row["chunks"]),
+                       stuck_sets=int(row["stuck"]),
+                       oldest_wait_seconds=round(float(row["oldest"]), 3),
+                       windows_per_second=round(self.windows_per_second(), 2))
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Claim, embed, write, repeat, until cancelled (the service's task group owns this)."""
+        task_status.started()
+        while True:
+            try:
+                rows = await self._claim()
+            except Exception as exc:
+                _log.warning("embedding queue: claim failed (%s); retrying", exc)
+                await anyio.sleep(RETRY_SECONDS)
+                continue
+            if not rows:
+                self._signal()
+                await self._idle()
+                continue
+            try:
+                await self._drain(rows)
+            except EmbedderUnavailable as exc:
+                _log.info("embedding queue: the embedder could not answer (%s); retrying", exc.message)
+                await self._release(rows)
+                await anyio.sleep(RETRY_SECONDS)
+            except Exception:
+                _log.exception("embedding queue: a batch failed; its rows go back to the queue")
+                await self._release(rows)
+                await anyio.sleep(RETRY_SECONDS)
+            except BaseException:  # cancelled (the service closes): hand the rows back at once
+                await self._release(rows)
+                raise
+
+    async def _idle(self) -> None:
+        with anyio.move_on_after(self.poll_seconds):
+            await self._wake.wait()
+        self._wake = anyio.Event()
+
+    def _signal(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _claim(self) -> list[QueueRow]:
+        found = await self.db.fetch(_CLAIM, self.version, self.claim_rows, self.lease_seconds, MAX_ATTEMPTS)
+        return sorted((QueueRow(r["tenant_id"], int(r["seq"]), r["document_id"], int(r["version"]),
+                                r["chunker_version"]) for r in found), key=lambda r: r.seq)
+
+    async def _drain(self, rows: list[QueueRow]) -> None:
+        """Embed every chunk of the claimed sets that lacks a vector, a batch at a time; each
+        batch's vectors are written at once (progress survives a kill); then the rows go."""
+        work: list[tuple[str, str, tuple[str, ...], str]] = []
+        for row in rows:
+            found = await self.db.fetch(_UNEMBEDDED_OF_SET, row.tenant_id, row.document_id, row.version,
+                                        row.chunker_version, self.version)
+            work.extend((row.tenant_id, r["chunk_id"], tuple(r["heading_path"]), r["text"]) for r in found)
+        for first in range(0, len(work), BATCH_PASSAGES):
+            batch = work[first:first + BATCH_PASSAGES]
+            self.in_flight = len(batch)
+            try:
+                vectors = await self.embedder.embed_passages([(h, t) for _, _, h, t in batch])
+                for owner in dict.fromkeys(t for t, _, _, _ in batch):
+                    picked = [i for i, w in enumerate(batch) if w[0] == owner]
+                    await insert_missing(self.db, owner, self.version, [batch[i][1] for i in picked],
+                                         [vectors[i] for i in picked])
+            finally:
+                self.in_flight = 0
+            self._done.append((time.monotonic(), sum(len(v) for v in vectors)))
+            self.embedded_chunks += len(batch)
+            await self.db.execute(_RENEW, *_keys(rows), self.lease_seconds)
+            self._signal()
+        await self.db.execute(_DONE, *_keys(rows))
+        self._signal()
+
+    async def _release(self, rows: list[QueueRow]) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
+            await self.db.execute(_RELEASE, *_keys(rows))
+
+
+def _keys(rows: list[QueueRow]) -> tuple[list[str], list[int]]:
+    return [r.tenant_id for r in rows], [r.seq for r in rows]
