@@ -83,14 +83,15 @@ class StressOptions:
     versioners: int = 1
     deleters: int = 1
     senders: int = 1
-    #: Seconds between one sender's attachments (uniform). The default keeps two workers busy
-    #: lexical-only; with the semantic arm (~75x slower ingest) use about 20x longer.
+    #: Seconds between one sender's attachments (uniform). The default keeps two workers busy.
     send_every: tuple[float, float] = (0.05, 0.3)
     workers: int = 2
     pdf_share: float = 0.05  # of ingests and attachments
     audit_every: float | None = None
     fault_every: tuple[float, float] = (1.0, 4.0)
     corpus: Path = CORPUS
+    #: The semantic arm on or off; None: as configured ($KNOWLEDGE_SEMANTIC_ARM).
+    semantic: bool | None = None
 
 
 @dataclass
@@ -494,11 +495,12 @@ class Driver:
 
 
 def _settings(options: StressOptions, data_dir: Path, application_name: str) -> Settings:
-    return Settings(dsn=options.dsn, data_dir=data_dir, pool_max_size=12, sweep_interval_seconds=2.0,
+    settings = Settings(dsn=options.dsn, data_dir=data_dir, pool_max_size=12, sweep_interval_seconds=2.0,
                     attachment_workers=options.workers, attachment_lease_seconds=5.0, attachment_poll_seconds=0.2,
                     attachment_retry_base_seconds=0.2, attachment_retry_max_seconds=1.0,
                     worker_restart_base_seconds=0.1, worker_restart_max_seconds=1.0,
                     application_name=application_name)
+    return settings if options.semantic is None else settings.model_copy(update={"semantic_arm": options.semantic})
 
 
 async def _discard_embedded(folder: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from knowledge.semantic.encoder import available as semantic_available
 from knowledge.stress import CORPUS, StressOptions, kill_host, run_stress
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow,
@@ -39,3 +40,22 @@ async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend
     killed = await kill_host(2, None, None, seed=5)
     assert killed.ok, "\n".join(killed.lines())
     assert killed.acknowledged > 20 and killed.live_documents >= killed.acknowledged
+
+
+@pytest.mark.skipif(not semantic_available(), reason="the semantic extra is not installed")
+async def test_stress_with_the_semantic_arm_and_its_queue(anyio_backend: str) -> None:
+    """The arm on, its embedder child among the faults: no vector of a deleted or superseded chunk is
+    returned (the leak audit checks the fused results), no chunk is left unembedded once the load
+    stops and the queue drains, and a child killed mid-backlog loses nothing."""
+    seed = 21 if anyio_backend == "trio" else 22
+    report = await run_stress(StressOptions(duration=10, faults=True, seed=seed, semantic=True, tenants=2,
+                                            ingesters=1, versioners=1, deleters=1, senders=1, send_every=(1.0, 2.0),
+                                            fault_every=(1.0, 2.0)))
+    text = "\n".join(report.lines())
+    assert report.ok, text
+    assert not report.leaks and report.checked_results > 50, text
+    assert (report.partial, report.orphans, report.statistics, report.model) == (0, 0, 0, 0), text
+    assert (report.processes, report.connections, report.tasks) == ([], 0, 0), text
+    assert not report.tally.untyped, text
+    assert report.tally.faults["kill_embedder"] >= 1, text
+    print(text)
