@@ -167,6 +167,8 @@ class StressReport:
     processes: list[str]
     connections: int
     tasks: int
+    #: With the semantic arm: what the drain did and how long the queue took to drain after the load.
+    embedding: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -201,6 +203,8 @@ class StressReport:
         out.append(f"audit: {len(self.attachments)} attachment faults ({self.marked} marked: none twice, none lost, "
                    "none left unsettled)" if not self.attachments else
                    f"audit: {len(self.attachments)} attachment faults of {self.marked} marked")
+        if self.embedding:
+            out.append(self.embedding)
         out.append(f"audit: {len(self.processes)} leaked processes, {self.connections} leaked connections, "
                    f"{self.tasks} leaked tasks")
         out.append(f"audit: {len(self.tally.untyped)} untyped errors")
@@ -534,7 +538,12 @@ async def run_stress(options: StressOptions) -> StressReport:
             await driver.run()
             seconds = time.monotonic() - began
             await driver.drain()
+            drain_began = time.monotonic()
             undrained = await driver.drain_embeddings()
+            embedding = None if svc.drain is None else (
+                f"semantic arm: {svc.drain.embedded_chunks} chunks embedded by the drain; the queue "
+                f"{'drained' if not undrained else 'did NOT drain'} {time.monotonic() - drain_began:.1f} s after "
+                f"the load; searches without the arm: {svc.searcher.without['semantic']}")
             leaks = driver.audit_problems + undrained + [
                 f"leak: {leak.why} ({leak.chunk_id}, document {leak.document_id}, to {leak.principal_id})"
                 for leak in driver.model.leaks()]
@@ -558,7 +567,7 @@ async def run_stress(options: StressOptions) -> StressReport:
         live_documents=storage.live_documents, partial=len(storage.partial), orphans=len(storage.orphans),
         statistics=len(storage.statistics), model=len(storage.model),
         attachments=attachments.unsettled + attachments.twice + attachments.lost, marked=attachments.marked,
-        processes=processes, connections=connections, tasks=tasks,
+        processes=processes, connections=connections, tasks=tasks, embedding=embedding,
     )
 
 
