@@ -452,25 +452,39 @@ async def _bump(conn: Connection, tenant: str, outcome: str, reason: str) -> Non
 def _chunk_writes(document: str, version: str, chunker_version: str, first_array: int, gate: str = "") -> str:
     """The CTEs that write a chunk set's rows, given where the statement's parameters are: chunk
     rows from parallel arrays (heading paths as JSON arrays; ``first_array`` numbers the first of
-    the seven); their index rows (the heading path weighted above the body, in one tsvector per
-    chunk, and its length); the BM25 postings unnested from those tsvectors; and the tenant's
-    chunk count and total length, added on this backend's shard. ``$1`` is the tenant. ``gate``
-    (a WHERE clause) can hold every write back."""
-    arrays = ", ".join(f"${first_array + i}::{t}[]" for i, t in enumerate(
-        ("text", "int", "text", "text", "int", "bool", "text")))
+    the seven) for one document (``document``, ``version`` and ``chunker_version`` are SQL
+    expressions); see `chunk_writes_from`. ``gate`` (a WHERE clause) can hold every write back."""
+    arrays = ", ".join(f"${first_array + i}::{t}[]" for i, t in enumerate(CHUNK_ARRAY_TYPES))
+    return chunk_writes_from(
+        f"SELECT {document}::uuid AS document_id, {version}::int AS version, "
+        f"{chunker_version}::text AS chunker_version, r.* "
+        f"FROM unnest({arrays}) AS r({', '.join(CHUNK_ARRAY_COLUMNS)}) {gate}")
+
+
+#: The per-chunk arrays of `_chunk_columns` (after its four leading scalars), with their SQL types.
+CHUNK_ARRAY_COLUMNS = ("chunk_id", "ordinal", "heading_json", "text", "tokens", "flagged", "sha")
+CHUNK_ARRAY_TYPES = ("text", "int", "text", "text", "int", "bool", "text")
+
+
+def chunk_writes_from(rows: str) -> str:
+    """The CTEs that write chunk rows, whatever documents they belong to: ``rows`` is a SELECT of
+    (document_id, version, chunker_version, `CHUNK_ARRAY_COLUMNS`); their chunk rows; their index
+    rows (the heading path weighted above the body, in one tsvector per chunk, and its length);
+    the BM25 postings unnested from those tsvectors; and the tenant's chunk count and total length,
+    added on this backend's shard. ``$1`` is the tenant."""
     return f"""
 rows AS (
-    SELECT * FROM unnest({arrays}) AS r(chunk_id, ordinal, heading_json, text, tokens, flagged, sha) {gate}
+    {rows}
 ), chunks AS (
     INSERT INTO knowledge_chunks (tenant_id, chunk_id, document_id, version, chunker_version, ordinal,
         heading_path, text, tokens, contains_instruction_like_text, content_sha256)
-    SELECT $1, chunk_id, {document}, {version}, {chunker_version}, ordinal,
+    SELECT $1, chunk_id, document_id, version, chunker_version, ordinal,
            ARRAY(SELECT h FROM jsonb_array_elements_text(heading_json::jsonb) WITH ORDINALITY AS e(h, n) ORDER BY n),
            text, tokens, flagged, sha
     FROM rows
-    RETURNING tenant_id, chunk_id, document_id, version, heading_path, text
+    RETURNING tenant_id, chunk_id, document_id, version, chunker_version, heading_path, text
 ), vec AS MATERIALIZED (
-    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version,
+    SELECT c.tenant_id, c.chunk_id, c.document_id, c.version, c.chunker_version,
            setweight(to_tsvector('{TS_CONFIG}', array_to_string(c.heading_path, ' ')), 'A')
            || setweight(to_tsvector('{TS_CONFIG}', c.text), 'B') AS tsv
     FROM chunks c
@@ -480,7 +494,7 @@ rows AS (
     SELECT chunk_id, sum(tf)::int AS dl FROM terms GROUP BY chunk_id
 ), idx AS (
     INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, chunker_version, tsv, dl)
-    SELECT v.tenant_id, v.chunk_id, v.document_id, v.version, {chunker_version}, v.tsv, l.dl
+    SELECT v.tenant_id, v.chunk_id, v.document_id, v.version, v.chunker_version, v.tsv, l.dl
     FROM vec v JOIN lengths l USING (chunk_id)
     RETURNING dl
 ), postings AS (
