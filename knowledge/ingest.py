@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -61,6 +61,7 @@ from knowledge.store.db import Connection, Database, is_transient
 from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WRITE_SCOPE = "knowledge.write"
 INGESTED_EVENT = "knowledge.document.ingested"
@@ -190,9 +191,13 @@ class Ingestor:
         up first); once retries are spent it is `DatabaseUnavailable`. Failures leave nothing;
         they are counted as ``failed`` and re-raised.
         """
-        tenant = request.principal.tenant_id
+        return await self.counted(request.principal.tenant_id, self._ingest, request)
+
+    async def counted(self, tenant: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` (some steps of an ingest), counting a refusal or a failure as
+        `ingest` does; a cancellation is not counted."""
         try:
-            document = await self._ingest(request)
+            return await fn(*args)
         except IngestRefused as refusal:
             await self._count(tenant, "refused", refusal.reason)
             raise
@@ -201,17 +206,24 @@ class Ingestor:
         except Exception as exc:
             await self._count(tenant, "failed", type(exc).__name__)
             raise
-        return document
 
     async def _ingest(self, request: IngestRequest) -> KnowledgeDocument:
+        return await self.commit_prepared(request, *await self.prepare_request(request))
+
+    async def prepare_request(self, request: IngestRequest) -> tuple[ArtifactRef, PreparedDocument]:
+        """Steps 1-5 of a request: admit, read the source, extract, normalize, chunk and scan."""
         self._admit(request)
-        source, prepared = await self._read_and_prepare(
+        return await self._read_and_prepare(
             request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256)
+
+    async def commit_prepared(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
+                              ) -> KnowledgeDocument:
+        """Steps 6-7 of a prepared request, in one transaction (retried; see `_commit`)."""
         document = await self._commit(request, source, prepared)
-        self._queued()
+        self.wake_drain()
         return document
 
-    def _queued(self) -> None:
+    def wake_drain(self) -> None:
         if self.embed_version is not None and self.on_queued is not None:
             self.on_queued()
 
@@ -285,7 +297,7 @@ class Ingestor:
                 """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
                    VALUES ($1, $2, $3, $4, $5)""", tenant, document_id, live, prepared.chunker_version,
                 len(prepared.chunks))
-            columns = _chunk_columns(tenant, document_id, live, prepared)
+            columns = chunk_columns(tenant, document_id, live, prepared)
             await tx.execute(_CHUNKS_SQL, *columns)
             if self.embed_version is not None:
                 await tx.execute(_QUEUE_SET_SQL, tenant, document_id, live, prepared.chunker_version,
@@ -300,7 +312,7 @@ class Ingestor:
                 tenant, document_id, live, principal.principal_id,
                 json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
                             "chunk_count": len(prepared.chunks)}))
-        self._queued()
+        self.wake_drain()
         return len(prepared.chunks)
 
     async def _fault(self, step: str, conn: Connection | None) -> None:
@@ -325,7 +337,7 @@ class Ingestor:
                 with anyio.CancelScope(shield=True):
                     found = await retry_transient(
                         f"resolving the commit of {document_id}",
-                        functools.partial(self._committed, request, source, document_id, attempt.version),
+                        functools.partial(self.committed, request, source, document_id, attempt.version),
                         self.retry_delays)
                 if found is not None:
                     return found
@@ -345,7 +357,7 @@ class Ingestor:
             # its chunk set, the event and the outcome counter.
             await self._fault("before_write", tx)
             # One statement writes everything (see _INGEST_SQL): one round trip, whatever the size.
-            columns = _chunk_columns(tenant, document_id, attempt.version, prepared)
+            columns = chunk_columns(tenant, document_id, attempt.version, prepared)
             row = await tx.fetchrow(
                 _INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, attempt.version,
                 request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
@@ -364,10 +376,10 @@ class Ingestor:
             attempt.commit_sent = True  # leaving the block sends COMMIT (shielded: see `call_in_group`)
         with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
             await self._fault("after_commit", tx)
-        return _document(request, document_id, attempt.version, ref_from_row(row), source.media_type,
+        return document_of(request, document_id, attempt.version, ref_from_row(row), source.media_type,
                          prepared.chunker_version, row["ingested_at"])
 
-    async def _committed(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
+    async def committed(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
                          version: int) -> KnowledgeDocument | None:
         """The version an attempt wrote, if its COMMIT took effect: same id and version, written by
         the same principal from a source with the same SHA-256."""
@@ -380,7 +392,7 @@ class Ingestor:
             request.principal.tenant_id, document_id, version, request.principal.principal_id, source.sha256)
         if row is None:
             return None
-        return _document(request, document_id, version, ref_from_row(row), source.media_type,
+        return document_of(request, document_id, version, ref_from_row(row), source.media_type,
                          row["chunker_version"], row["ingested_at"])
 
     async def _count(self, tenant: str, outcome: str, reason: str) -> None:
@@ -401,7 +413,7 @@ class _Attempt:
     commit_sent: bool = False
 
 
-def _document(request: IngestRequest, document_id: uuid.UUID, version: int, source_ref: ArtifactRef,
+def document_of(request: IngestRequest, document_id: uuid.UUID, version: int, source_ref: ArtifactRef,
               media_type: str, chunker_version: str, ingested_at: Any) -> KnowledgeDocument:
     return KnowledgeDocument(
         document_id=document_id, tenant_id=request.principal.tenant_id,
@@ -461,7 +473,7 @@ def _chunk_writes(document: str, version: str, chunker_version: str, first_array
         f"FROM unnest({arrays}) AS r({', '.join(CHUNK_ARRAY_COLUMNS)}) {gate}")
 
 
-#: The per-chunk arrays of `_chunk_columns` (after its four leading scalars), with their SQL types.
+#: The per-chunk arrays of `chunk_columns` (after its four leading scalars), with their SQL types.
 CHUNK_ARRAY_COLUMNS = ("chunk_id", "ordinal", "heading_json", "text", "tokens", "flagged", "sha")
 CHUNK_ARRAY_TYPES = ("text", "int", "text", "text", "int", "bool", "text")
 
@@ -510,7 +522,7 @@ rows AS (
 
 
 # A new chunk set of an existing document version (re-chunking): $2 document, $3 version,
-# $4 chunker version, $5.. the chunk arrays (`_chunk_columns`).
+# $4 chunker version, $5.. the chunk arrays (`chunk_columns`).
 _CHUNKS_SQL = "WITH " + _chunk_writes("$2", "$3", "$4", 5) + "\nSELECT count(*) FROM chunks"
 
 # A re-chunked set queued for embedding: $1 tenant, $2 document, $3 version, $4 chunker version,
@@ -561,7 +573,7 @@ SELECT src.*, doc.ingested_at FROM src LEFT JOIN doc ON true
 """
 
 
-def _chunk_columns(tenant: str, document_id: uuid.UUID, version: int, prepared: PreparedDocument) -> list[Any]:
+def chunk_columns(tenant: str, document_id: uuid.UUID, version: int, prepared: PreparedDocument) -> list[Any]:
     chunks = prepared.chunks
     return [
         tenant, document_id, version, prepared.chunker_version,

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from knowledge.chunking import Chunker
 from knowledge.config import Settings
 from knowledge.errors import ConfigurationError
 from knowledge.ingest import Ingestor, IngestRequest
+from knowledge.ingest_bulk import OnDone, Outcome, ingest_many
 from knowledge.lifecycle import ConversationDeleted, DeletedChunk, delete_conversation, delete_document, deleted_chunk
 from knowledge.metrics import IngestStats, ingest_stats
 from knowledge.models import (
@@ -304,6 +305,17 @@ class KnowledgeService:
             replaces=replaces,
         )
         return await call_in_group(self._task_group, self.ingestor.ingest, request)
+
+    async def ingest_many(self, requests: Sequence[IngestRequest], *, on_done: OnDone | None = None
+                          ) -> list[Outcome]:
+        """``knowledge.ingest`` for many documents at once (`knowledge.ingest_bulk`): preparing the
+        next documents while the server writes the previous group, a group of documents in one
+        statement. Each document is all-or-nothing and gets its own outcome — its document, or the
+        typed error (`IngestRefused` with its reason, or a failure) — at its request's index, and
+        ``on_done(index, outcome)`` is called as each commits or is refused. A new version
+        (``replaces``) takes the single path. Runs as a task of the service. Cancellation: the group
+        in flight rolls back; documents already reported to ``on_done`` as committed stay."""
+        return await call_in_group(self._task_group, ingest_many, self.ingestor, list(requests), on_done)
 
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within

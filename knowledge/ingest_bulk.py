@@ -1,0 +1,251 @@
+"""Bulk ingest: many documents at once, each still all-or-nothing (issue 18, item 3).
+
+`ingest_many` runs the same seven steps as `Ingestor.ingest` for a list of requests, in a
+pipeline of two tasks:
+
+- the **preparer** admits, reads, extracts, normalizes, chunks and scans one request after another
+  (steps 1-5: pure CPU once the source is read) and hands the prepared documents on in groups of
+  one tenant, at most `GROUP_DOCUMENTS` documents or `GROUP_TOKENS` tokens;
+- the **writer** commits each group with ONE statement in one transaction (`_BULK_SQL`): source
+  copies, documents, chunk sets, events, outcome counters, embedding-queue rows, chunk rows, index
+  rows, postings and term statistics of every document in the group.
+
+While the server writes one group, the preparer prepares the next: the two cores work at once.
+
+Whole documents only. A refusal (steps 1-5) is that request's outcome and writes nothing but its
+outcome counter, as in the single path. If a group's statement fails for any reason — a document
+id that exists, a source that vanished, a database fault — the transaction rolls back and every
+document of the group is committed on its own through the single path's step 7 (its retries, and
+the resolution of a COMMIT whose reply was lost), so each ends committed or with its own error.
+Requests that replace a document (a new version) take the single path.
+
+Cancellation: the group in flight rolls back; groups committed before stay, each reported through
+``on_done`` as it committed (so a caller always knows which documents exist), and the
+cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import ObjectSendStream
+
+from knowledge.errors import KnowledgeError
+from knowledge.ingest import (
+    CHUNK_ARRAY_COLUMNS,
+    CHUNK_ARRAY_TYPES,
+    INGESTED_EVENT,
+    Ingestor,
+    IngestRequest,
+    PreparedDocument,
+    chunk_columns,
+    chunk_writes_from,
+    document_of,
+)
+from knowledge.models import ArtifactRef, KnowledgeDocument
+from knowledge.semantic.queue import QUEUE_INSERT
+from knowledge.store.artifacts import REF_COLUMNS, ref_from_row
+
+_log = logging.getLogger(__name__)
+
+#: A group's bounds: one statement writes at most this many documents or tokens.
+GROUP_DOCUMENTS = 64
+GROUP_TOKENS = 60_000
+
+#: What became of one request: its committed document, or the typed error that refused or failed it.
+Outcome = KnowledgeDocument | KnowledgeError | Exception
+OnDone = Callable[[int, Outcome], None]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    index: int
+    request: IngestRequest  # with its document id fixed
+    source: ArtifactRef
+    prepared: PreparedDocument
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.draft.tokens for c in self.prepared.chunks)
+
+
+class _GroupRefused(Exception):
+    """The bulk statement could not write every document of its group (rolled back)."""
+
+
+async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_done: OnDone | None = None
+                      ) -> list[Outcome]:
+    """Ingest every request (see the module docstring); the outcome of request i is at index i."""
+    outcomes: list[Outcome | None] = [None] * len(requests)
+
+    def done(index: int, outcome: Outcome) -> None:
+        outcomes[index] = outcome
+        if on_done is not None:
+            on_done(index, outcome)
+
+    send, receive = anyio.create_memory_object_stream[list[_Prepared]](1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_prepare_all, ingestor, requests, send, done)
+        async with receive:
+            async for group in receive:
+                await _write(ingestor, group, done)
+    assert all(o is not None for o in outcomes)
+    return outcomes  # type: ignore[return-value]
+
+
+async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],
+                       send: ObjectSendStream[list[_Prepared]], done: OnDone) -> None:
+    group: list[_Prepared] = []
+    async with send:
+        for index, request in enumerate(requests):
+            if request.document_id is None and request.replaces is None:  # one id, whatever path it takes
+                request = dataclasses.replace(request, document_id=uuid.uuid4())
+            tenant = request.principal.tenant_id
+            try:
+                source, prepared = await ingestor.counted(tenant, ingestor.prepare_request, request)
+            except Exception as exc:  # IngestRefused and failures: typed, counted, this request's outcome
+                done(index, exc)
+                continue
+            item = _Prepared(index, request, source, prepared)
+            if group and (group[0].request.principal.tenant_id != tenant or len(group) >= GROUP_DOCUMENTS
+                          or sum(p.tokens for p in group) + item.tokens > GROUP_TOKENS):
+                await send.send(group)
+                group = []
+            group.append(item)
+        if group:
+            await send.send(group)
+
+
+async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> None:
+    """Commit a group in one statement, or each of its documents on its own if that fails."""
+    bulk = [p for p in group if p.request.replaces is None]
+    if len(bulk) > 1:
+        try:
+            documents = await _write_bulk(ingestor, bulk)
+        except Exception as exc:  # whatever failed, each document is tried alone below
+            _log.info("a group of %d documents could not be written in one statement (%s); one at a time",
+                      len(bulk), exc)
+        else:
+            for p, document in zip(bulk, documents, strict=True):
+                done(p.index, document)
+            ingestor.wake_drain()
+            group = [p for p in group if p.request.replaces is not None]
+    for p in group:
+        try:
+            document = await ingestor.counted(p.request.principal.tenant_id, _alone, ingestor, p)
+        except Exception as exc:
+            done(p.index, exc)
+        else:
+            done(p.index, document)
+
+
+async def _alone(ingestor: Ingestor, p: _Prepared) -> KnowledgeDocument:
+    """The single path's step 7 for one prepared document; first, whether a bulk COMMIT whose reply
+    was lost wrote it after all."""
+    if p.request.replaces is None and p.request.document_id is not None:
+        found = await ingestor.committed(p.request, p.source, p.request.document_id, 1)
+        if found is not None:
+            return found
+    return await ingestor.commit_prepared(p.request, p.source, p.prepared)
+
+
+async def _write_bulk(ingestor: Ingestor, group: list[_Prepared]) -> list[KnowledgeDocument]:
+    tenant = group[0].request.principal.tenant_id
+    docs: list[list[object]] = [[] for _ in range(14)]
+    chunks: list[list[object]] = [[] for _ in range(2 + len(CHUNK_ARRAY_COLUMNS))]
+    for p in group:
+        r, prepared = p.request, p.prepared
+        assert r.document_id is not None
+        payload = {"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
+                   "source_sha256": p.source.sha256, "media_type": p.source.media_type,
+                   "instruction_like_chunks": prepared.instruction_like_count}
+        for column, value in zip(docs, (
+                p.source.artifact_id, uuid.uuid4(), p.source.sha256, r.document_id, r.principal.principal_id,
+                r.visibility.value, r.project_scope, r.title, r.doc_date, r.authority.value,
+                prepared.chunker_version, r.sensitivity.value, len(prepared.chunks), json.dumps(payload)),
+                strict=True):
+            column.append(value)
+        columns = chunk_columns(tenant, r.document_id, 1, prepared)[4:]
+        chunks[0].extend([r.document_id] * len(prepared.chunks))
+        chunks[1].extend([prepared.chunker_version] * len(prepared.chunks))
+        for target, values in zip(chunks[2:], columns, strict=True):
+            target.extend(values)
+    async with ingestor.db.transaction() as tx:
+        rows = await tx.fetch(_BULK_SQL, tenant, *docs, INGESTED_EVENT, ingestor.embed_version, *chunks)
+        by_id = {row["document_id"]: row for row in rows}
+        for p in group:
+            row = by_id.get(p.request.document_id)
+            if row is None or row["artifact_id"] is None or row["ingested_at"] is None:
+                raise _GroupRefused(f"document {p.request.document_id} could not be written in the group")
+    return [document_of(p.request, p.request.document_id, 1, ref_from_row(by_id[p.request.document_id]),
+                        p.source.media_type, p.prepared.chunker_version, by_id[p.request.document_id]["ingested_at"])
+            for p in group if p.request.document_id is not None]
+
+
+_DOC_ARRAYS = (("input_id", "uuid"), ("source_id", "uuid"), ("sha", "text"), ("document_id", "uuid"),
+               ("principal", "text"), ("visibility", "text"), ("project", "text"), ("title", "text"),
+               ("doc_date", "date"), ("authority", "text"), ("chunker_version", "text"), ("sensitivity", "text"),
+               ("chunk_count", "int"), ("payload", "text"))
+_FIRST_CHUNK_ARRAY = 2 + len(_DOC_ARRAYS) + 2  # $1 tenant, the document arrays, event type, model version
+_EVENT, _MODEL = f"${2 + len(_DOC_ARRAYS)}", f"${3 + len(_DOC_ARRAYS)}"
+_CHUNK_ARRAYS = (("document_id", "uuid"), ("chunker_version", "text"),
+                 *zip(CHUNK_ARRAY_COLUMNS, CHUNK_ARRAY_TYPES, strict=True))
+
+
+def _unnest(arrays: Sequence[tuple[str, str]], first: int, alias: str) -> str:
+    params = ", ".join(f"${first + i}::{t}[]" for i, (_, t) in enumerate(arrays))
+    return f"unnest({params}) AS {alias}({', '.join(n for n, _ in arrays)})"
+
+
+# Every document of a group in one statement: the single path's `_INGEST_SQL`, over arrays of
+# documents (all new: version 1) and of their chunks. A document whose id exists writes nothing
+# (ON CONFLICT DO NOTHING) and neither do its chunks; the caller then rolls the whole group back.
+_BULK_SQL = f"""
+WITH d AS (
+    SELECT * FROM {_unnest(_DOC_ARRAYS, 2, "d")}
+), src AS (
+    INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name,
+                           content, expires_at)
+    SELECT a.tenant_id, d.source_id, 'KNOWLEDGE_SOURCE', a.trust, a.sha256, a.size_bytes, a.media_type,
+           a.file_name, a.content, NULL
+    FROM d JOIN artifacts a ON a.tenant_id = $1 AND a.artifact_id = d.input_id AND a.sha256 = d.sha
+    RETURNING {REF_COLUMNS}
+), doc AS (
+    INSERT INTO knowledge_documents (tenant_id, document_id, version, ingested_by_principal_id, visibility,
+        project_scope, title, source_artifact_id, media_type, doc_date, authority, chunker_version,
+        ingested_at, valid_from, sensitivity)
+    SELECT $1, d.document_id, 1, d.principal, d.visibility, d.project, d.title, src.artifact_id, src.media_type,
+           d.doc_date, d.authority, d.chunker_version, clock_timestamp(), clock_timestamp(), d.sensitivity
+    FROM d JOIN src ON src.artifact_id = d.source_id
+    ON CONFLICT DO NOTHING
+    RETURNING document_id, version, chunker_version, ingested_at
+), chunk_set AS (
+    INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
+    SELECT $1, doc.document_id, doc.version, doc.chunker_version, d.chunk_count FROM doc JOIN d USING (document_id)
+), event AS (
+    INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
+    SELECT $1, {_EVENT}, doc.document_id, doc.version, d.principal,
+           d.payload::jsonb || jsonb_build_object('source_artifact_id', d.source_id)
+    FROM doc JOIN d USING (document_id)
+), queued AS (
+    {QUEUE_INSERT.strip()}
+    SELECT $1, doc.document_id, doc.version, doc.chunker_version, {_MODEL}, d.chunk_count
+    FROM doc JOIN d USING (document_id) WHERE {_MODEL}::text IS NOT NULL
+), outcome AS (
+    INSERT INTO knowledge_ingest_outcomes (tenant_id, day, outcome, reason, count)
+    SELECT $1, current_date, 'accepted', '', count(*) FROM doc HAVING count(*) > 0
+    ON CONFLICT (tenant_id, day, outcome, reason)
+    DO UPDATE SET count = knowledge_ingest_outcomes.count + excluded.count
+), {chunk_writes_from(
+    f"SELECT r.document_id, 1 AS version, {', '.join('r.' + n for n, _ in _CHUNK_ARRAYS[1:])} "
+    f"FROM {_unnest(_CHUNK_ARRAYS, _FIRST_CHUNK_ARRAY, 'r')} "
+    "WHERE r.document_id IN (SELECT document_id FROM doc)")}
+SELECT d.document_id, src.*, doc.ingested_at
+FROM d LEFT JOIN src ON src.artifact_id = d.source_id LEFT JOIN doc USING (document_id)
+"""

@@ -1,0 +1,132 @@
+"""Bulk ingest (`KnowledgeService.ingest_many`, issue 18 item 3): many documents at once, each
+all-or-nothing; refusals in the middle of a folder leave nothing of themselves; a group that
+cannot be written in one statement falls back to one document at a time; cancellation leaves only
+whole documents, exactly those reported committed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+from typing import Any
+
+import anyio
+import pytest
+
+from knowledge import ingest_bulk
+from knowledge.audit import audit_storage
+from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibility
+from knowledge.service import KnowledgeService
+from tests.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
+
+pytestmark = pytest.mark.anyio
+
+
+def text(n: int) -> str:
+    return (f"# Guide {n}\n\nThe deploy job number {n} renders manifests and applies them in order.\n\n"
+            f"## Rollback {n}\n\nRevert the release tag {n} and run the job again; wait for the rollout.\n")
+
+
+def a_secret() -> str:
+    if not SECRETS.exists():
+        pytest.fail(f"{SECRETS} is missing") if __import__("os").environ.get("CI") else pytest.skip("no corpus")
+    with gzip.open(SECRETS, "rt") as fh:
+        return next(r["text"] for r in map(json.loads, fh) if r["label"] == "secret")
+
+
+def request(ref: ArtifactRef, tenant: str, title: str, **kw: Any) -> IngestRequest:
+    return IngestRequest(source=ref, title=title, visibility=Visibility.TENANT, principal=writer(tenant),
+                         origin_trust=TrustLevel.USER, **kw)
+
+
+async def whole_documents(svc: KnowledgeService, tenant: str) -> None:
+    """Every stored document of ``tenant`` is whole and the term statistics equal a recount."""
+    audit = await audit_storage(svc.db, None, [tenant])
+    assert audit.ok, audit
+
+
+async def test_a_folder_with_refusals_in_the_middle_ingests_the_rest(service: KnowledgeService, tenant: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 4)  # several groups
+    alone = ingest_bulk._alone
+    singles: list[Any] = []
+
+    async def counted_alone(*args: Any) -> Any:
+        singles.append(args)
+        return await alone(*args)
+
+    monkeypatch.setattr(ingest_bulk, "_alone", counted_alone)
+    inputs: list[tuple[bytes, str]] = [(text(n).encode(), "text/markdown") for n in range(10)]
+    inputs[3] = (f"# Deploy notes\n\n## Credentials\n\n{a_secret()}\n".encode(), "text/markdown")
+    inputs[5] = (b"caf\xe9 au lait\n", "text/plain")  # not UTF-8
+    inputs[7] = (b"\x89PNG\r\n\x1a\n" + bytes(64), "image/png")
+    refs = [await put(service, tenant, data, media_type=mt) for data, mt in inputs]
+    reported: dict[int, Any] = {}
+    outcomes = await service.ingest_many([request(r, tenant, f"doc {i}") for i, r in enumerate(refs)],
+                                         on_done=reported.__setitem__)
+    assert reported == dict(enumerate(outcomes))
+    reasons = {i: o.reason for i, o in enumerate(outcomes) if isinstance(o, IngestRefused)}
+    assert reasons == {3: "secret_detected", 5: "undecodable", 7: "unsupported_media_type"}
+    docs = [o for o in outcomes if isinstance(o, KnowledgeDocument)]
+    assert len(docs) == 7 and all(d.version == 1 for d in docs)
+    assert singles == []  # every group was written in one statement
+    found = await footprint(service, tenant)
+    assert (found["documents"], found["chunk_sets"], found["events"], found["sources"]) == (7, 7, 7, 7)
+    stored = {r["document_id"] for r in await service.db.fetch(
+        "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
+    assert stored == {d.document_id for d in docs}
+    stats = await service.ingest_stats(tenant)
+    assert stats.accepted == 7
+    assert stats.refused == {"secret_detected": 1, "undecodable": 1, "unsupported_media_type": 1}
+    await whole_documents(service, tenant)
+    # Searchable like any ingested document, and the same chunks as the single path would write.
+    single = await service.ingest(await put(service, f"{tenant}-1", text(0)), "doc 0", "tenant",
+                                  writer(f"{tenant}-1"), origin_trust=TrustLevel.USER)
+
+    async def chunks(t: str, document_id: uuid.UUID) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await service.db.fetch(
+            """SELECT c.ordinal, c.heading_path, c.text, c.tokens, c.content_sha256, i.tsv::text, i.dl
+               FROM knowledge_chunks c JOIN knowledge_chunk_index i USING (tenant_id, chunk_id)
+               WHERE c.tenant_id = $1 AND c.document_id = $2 ORDER BY c.ordinal""", t, document_id)]
+
+    assert await chunks(tenant, docs[0].document_id) == await chunks(f"{tenant}-1", single.document_id)
+
+
+async def test_a_group_that_cannot_be_written_at_once_falls_back_to_one_at_a_time(service: KnowledgeService,
+                                                                                tenant: str) -> None:
+    first = await service.ingest(await put(service, tenant, text(99)), "old", "tenant", writer(tenant),
+                                 origin_trust=TrustLevel.USER)
+    refs = [await put(service, tenant, text(n)) for n in range(5)]
+    requests = [request(r, tenant, f"doc {i}") for i, r in enumerate(refs)]
+    requests[2] = request(refs[2], tenant, "taken", document_id=first.document_id)  # that id exists
+    outcomes = await service.ingest_many(requests)
+    assert isinstance(outcomes[2], IngestRefused), outcomes[2] and outcomes[2].reason == "document_exists"
+    assert all(isinstance(o, KnowledgeDocument) for i, o in enumerate(outcomes) if i != 2)
+    assert (await footprint(service, tenant))["documents"] == 5
+    await whole_documents(service, tenant)
+
+
+async def test_cancellation_mid_batch_leaves_only_whole_documents(service: KnowledgeService, tenant: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller is cancelled as the first group commits (from ``on_done``, no timer): that group
+    stays, reported; the next group, whose statement is under way or about to be, leaves nothing."""
+    monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 3)
+    refs = [await put(service, tenant, text(n)) for n in range(9)]
+    reported: dict[int, Any] = {}
+    caller = anyio.CancelScope()
+
+    def on_done(index: int, outcome: Any) -> None:
+        reported[index] = outcome
+        caller.cancel()
+
+    with caller:
+        await service.ingest_many([request(r, tenant, f"doc {i}") for i, r in enumerate(refs)], on_done=on_done)
+    assert caller.cancelled_caught
+    committed = {o.document_id for o in reported.values() if isinstance(o, KnowledgeDocument)}
+    assert len(committed) == 3, reported
+    stored = {r["document_id"] for r in await service.db.fetch(
+        "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
+    assert stored == committed
+    await whole_documents(service, tenant)
+    assert nothing_but_inputs(await footprint(service, f"{tenant}-none"))
