@@ -15,14 +15,15 @@ import argparse
 import statistics
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge.ingest import IngestRefused
-from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
+from knowledge.errors import KnowledgeError
+from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.models import ArtifactOrigin, KnowledgeDocument, KnowledgeQuery, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
 from knowledge.turn import TurnRequest
 
@@ -32,28 +33,42 @@ TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
 
 
-async def _ingest_one(svc: KnowledgeService, principal: Principal, folder: Path, path: Path,
-                      outcomes: dict[str, int], tokens: list[int]) -> int:
-    """Put one file and ingest it; count the outcome; return its size."""
-    data = await anyio.Path(path).read_bytes()
-    ref = await svc.artifacts.put(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
-                                  origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name)
-    rel = str(path.relative_to(folder))
+async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Path, files: list[Path],
+                         progress: Progress, outcomes: dict[str, int], tokens: list[int]) -> int:
+    """Put every file (as an upload that expires), ingest them together (`ingest_many`: the next
+    documents prepared while the server writes a group), count the outcomes; return the bytes."""
+    task = progress.add_task("reading", total=len(files))
+    requests: list[IngestRequest] = []
+    size = 0
+    for path in files:
+        data = await anyio.Path(path).read_bytes()
+        size += len(data)
+        ref = await svc.artifacts.put(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
+                                      origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name,
+                                      expires_at=datetime.now(UTC) + timedelta(hours=1))
+        rel = str(path.relative_to(folder))
+        requests.append(IngestRequest(
+            source=ref, title=rel, visibility=Visibility.TENANT, principal=principal, origin_trust=TrustLevel.USER,
+            document_id=uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-demo:{TENANT}:{rel}")))
+        progress.advance(task)
+    progress.update(task, description="ingesting", completed=0)
     try:
-        doc = await svc.ingest(ref, rel, "tenant", principal, origin_trust=TrustLevel.USER,
-                               document_id=uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-demo:{TENANT}:{rel}"))
-    except IngestRefused as exc:
-        outcomes[exc.reason] = outcomes.get(exc.reason, 0) + 1
-        if exc.reason != "document_exists":
-            print(f"  refused {rel}: {exc.reason}: {exc.message}")
-        return len(data)
+        results = await svc.ingest_many(requests, on_done=lambda _i, _o: progress.advance(task))
     finally:
-        # The upload was only the vehicle: the document keeps its own copy of the source.
-        await svc.artifacts.set_expiry(TENANT, ref.artifact_id, datetime.now(UTC))
-    outcomes["ingested"] = outcomes.get("ingested", 0) + 1
+        with anyio.CancelScope(shield=True):  # the uploads were only the vehicle
+            for r in requests:
+                await svc.artifacts.set_expiry(TENANT, r.source.artifact_id, datetime.now(UTC))
+    for r, outcome in zip(requests, results, strict=True):
+        reason = outcome.reason if isinstance(outcome, KnowledgeError) else "ingested"
+        outcomes[reason] = outcomes.get(reason, 0) + 1
+        if isinstance(outcome, IngestRefused) and reason != "document_exists":
+            print(f"  refused {r.title}: {reason}: {outcome.message}")
+        elif isinstance(outcome, Exception) and not isinstance(outcome, IngestRefused):
+            raise outcome
+    new = [o.document_id for o in results if isinstance(o, KnowledgeDocument)]
     tokens.extend(r["tokens"] for r in await svc.db.fetch(
-        "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2", TENANT, doc.document_id))
-    return len(data)
+        "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = ANY($2::uuid[])", TENANT, new))
+    return size
 
 
 async def run(folder: Path, files: list[Path], question: str) -> None:
@@ -67,14 +82,10 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
         outcomes: dict[str, int] = {}
         tokens: list[int] = []
         began = time.perf_counter()
-        size = 0
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeRemainingColumn(), transient=True)
         with progress:
-            task = progress.add_task("ingesting", total=len(files))
-            for path in files:
-                size += await _ingest_one(svc, principal, folder, path, outcomes, tokens)
-                progress.advance(task)
+            size = await _ingest_folder(svc, principal, folder, files, progress, outcomes, tokens)
         elapsed = time.perf_counter() - began
         print(f"outcomes: {outcomes}  ({size / 1e6:.2f} MB in {elapsed:.2f}s, {size / 1e6 / elapsed:.2f} MB/s)")
         if tokens:

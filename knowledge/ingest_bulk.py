@@ -125,12 +125,15 @@ async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],
 async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> None:
     """Commit a group in one statement, or each of its documents on its own if that fails."""
     bulk = [p for p in group if p.request.replaces is None]
+    commit_sent = False
     if len(bulk) > 1:
+        attempt = _Attempt()
         try:
-            documents = await _write_bulk(ingestor, bulk)
+            documents = await _write_bulk(ingestor, bulk, attempt)
         except Exception as exc:  # whatever failed, each document is tried alone below
             _log.info("a group of %d documents could not be written in one statement (%s); one at a time",
                       len(bulk), exc)
+            commit_sent = attempt.commit_sent
         else:
             for p, document in zip(bulk, documents, strict=True):
                 done(p.index, document)
@@ -138,24 +141,29 @@ async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> No
             group = [p for p in group if p.request.replaces is not None]
     for p in group:
         try:
-            document = await ingestor.counted(p.request.principal.tenant_id, _alone, ingestor, p)
+            document = await ingestor.counted(p.request.principal.tenant_id, _alone, ingestor, p, commit_sent)
         except Exception as exc:
             done(p.index, exc)
         else:
             done(p.index, document)
 
 
-async def _alone(ingestor: Ingestor, p: _Prepared) -> KnowledgeDocument:
-    """The single path's step 7 for one prepared document; first, whether a bulk COMMIT whose reply
-    was lost wrote it after all."""
-    if p.request.replaces is None and p.request.document_id is not None:
+async def _alone(ingestor: Ingestor, p: _Prepared, commit_sent: bool) -> KnowledgeDocument:
+    """The single path's step 7 for one prepared document; first, if the group's COMMIT was sent
+    and its outcome is unknown, whether it wrote the document after all."""
+    if commit_sent and p.request.replaces is None and p.request.document_id is not None:
         found = await ingestor.committed(p.request, p.source, p.request.document_id, 1)
         if found is not None:
             return found
     return await ingestor.commit_prepared(p.request, p.source, p.prepared)
 
 
-async def _write_bulk(ingestor: Ingestor, group: list[_Prepared]) -> list[KnowledgeDocument]:
+@dataclass
+class _Attempt:
+    commit_sent: bool = False
+
+
+async def _write_bulk(ingestor: Ingestor, group: list[_Prepared], attempt: _Attempt) -> list[KnowledgeDocument]:
     tenant = group[0].request.principal.tenant_id
     docs: list[list[object]] = [[] for _ in range(14)]
     chunks: list[list[object]] = [[] for _ in range(2 + len(CHUNK_ARRAY_COLUMNS))]
@@ -183,6 +191,7 @@ async def _write_bulk(ingestor: Ingestor, group: list[_Prepared]) -> list[Knowle
             row = by_id.get(p.request.document_id)
             if row is None or row["artifact_id"] is None or row["ingested_at"] is None:
                 raise _GroupRefused(f"document {p.request.document_id} could not be written in the group")
+        attempt.commit_sent = True  # leaving the block sends COMMIT
     return [document_of(p.request, p.request.document_id, 1, ref_from_row(by_id[p.request.document_id]),
                         p.source.media_type, p.prepared.chunker_version, by_id[p.request.document_id]["ingested_at"])
             for p in group if p.request.document_id is not None]

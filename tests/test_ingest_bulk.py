@@ -105,6 +105,13 @@ async def test_a_group_that_cannot_be_written_at_once_falls_back_to_one_at_a_tim
     assert all(isinstance(o, KnowledgeDocument) for i, o in enumerate(outcomes) if i != 2)
     assert (await footprint(service, tenant))["documents"] == 5
     await whole_documents(service, tenant)
+    # The same requests again (same ids, same bytes): nothing is written twice, and nothing is
+    # reported as ingested that was not.
+    again = await service.ingest_many([request(r.source, tenant, r.title, document_id=o.document_id)
+                                       for r, o in zip(requests, outcomes, strict=True)
+                                       if isinstance(o, KnowledgeDocument)])
+    assert [getattr(o, "reason", None) for o in again] == ["document_exists"] * 4
+    assert (await footprint(service, tenant))["documents"] == 5
 
 
 async def test_cancellation_mid_batch_leaves_only_whole_documents(service: KnowledgeService, tenant: str,

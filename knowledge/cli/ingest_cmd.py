@@ -12,11 +12,13 @@ copy of the source.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mimetypes
 import time
 import uuid
-from datetime import UTC, date, datetime
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,8 +31,17 @@ from knowledge.catalog import live_document
 from knowledge.cli.context import EXIT_OK, EXIT_REFUSED, CliError, Options, open_service, options
 from knowledge.cli.output import human_bytes
 from knowledge.errors import ArtifactTooLarge, KnowledgeError
-from knowledge.ingest import IngestRefused
-from knowledge.models import ArtifactOrigin, Authority, Principal, Sensitivity, TrustLevel, Visibility
+from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.ingest_bulk import Outcome
+from knowledge.models import (
+    ArtifactOrigin,
+    Authority,
+    KnowledgeDocument,
+    Principal,
+    Sensitivity,
+    TrustLevel,
+    Visibility,
+)
 from knowledge.render import PATH_SEPARATOR
 from knowledge.semantic.queue import Backlog
 from knowledge.service import KnowledgeService
@@ -108,46 +119,76 @@ def read_source(file: Path, limit: int) -> bytes:
     return file.read_bytes()
 
 
-async def ingest_file(svc: KnowledgeService, principal: Principal, file: Path, title: str,
-                      request: dict[str, Any]) -> FileOutcome:
-    """Ingest one file; a refusal (typed, or an unreadable file) is an outcome, not an exception."""
+#: How long an upload lives if the command is interrupted before it expires it (it is the vehicle
+#: only: the document keeps its own copy of the source).
+UPLOAD_LIFETIME = timedelta(hours=1)
+
+
+@dataclass
+class _Upload:
+    """A file read and put, ready to be ingested (or already settled: unchanged, refused)."""
+
+    out: FileOutcome
+    request: IngestRequest | None = None
+    existing: bool = False
+
+
+async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, title: str,
+                      request: dict[str, Any]) -> _Upload:
+    """Read one file and put it as an upload with an expiry; an unchanged file or an unreadable
+    one is settled here. A refusal is an outcome, not an exception."""
     out = FileOutcome(path=str(file), outcome="refused", title=title)
     tenant = principal.tenant_id
     try:
         data = await anyio.to_thread.run_sync(read_source, file, svc.settings.max_artifact_bytes)
     except OSError as exc:
-        return out.model_copy(update={"reason": "unreadable", "message": exc.strerror or str(exc)})
+        return _Upload(out.model_copy(update={"reason": "unreadable", "message": exc.strerror or str(exc)}))
     except KnowledgeError as exc:
-        return out.model_copy(update={"reason": exc.reason, "message": exc.message})
+        return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
     media_type = detect_media_type(file, data)
     out = out.model_copy(update={"media_type": media_type, "size_bytes": len(data)})
     document_id = document_id_for(tenant, file)
     existing = await live_document(svc.db, tenant, document_id)
     if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
-        return out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
-                                      "version": existing.version, "chunks": existing.chunks})
+        return _Upload(out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
+                                              "version": existing.version, "chunks": existing.chunks}))
     try:
         ref = await svc.artifacts.put(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
-                                      trust=TrustLevel.USER, file_name=file.name)
-        try:
-            doc = await svc.ingest(
-                ref, title, principal=principal, origin_trust=TrustLevel.USER,
-                document_id=None if existing else document_id, replaces=document_id if existing else None,
-                **request)
-        finally:
-            await svc.artifacts.set_expiry(tenant, ref.artifact_id, datetime.now(UTC))
-    except IngestRefused as exc:
-        return out.model_copy(update={
-            "reason": exc.reason, "message": exc.message, "chunk_ordinal": exc.chunk_ordinal,
-            "heading_path": list(exc.heading_path) if exc.heading_path is not None else None})
+                                      trust=TrustLevel.USER, file_name=file.name,
+                                      expires_at=datetime.now(UTC) + UPLOAD_LIFETIME)
     except KnowledgeError as exc:
-        if exc.reason == "database_unavailable" or exc.reason == "embedded_server":
+        if exc.reason in UNAVAILABLE:
             raise
-        return out.model_copy(update={"reason": exc.reason, "message": exc.message})
-    summary = await live_document(svc.db, tenant, doc.document_id)
+        return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
+    return _Upload(out, IngestRequest(
+        source=ref, title=title, visibility=request["visibility"], principal=principal,
+        origin_trust=TrustLevel.USER, project_scope=request["project_scope"], doc_date=request["doc_date"],
+        authority=request["authority"], sensitivity=request["sensitivity"],
+        document_id=None if existing else document_id, replaces=document_id if existing else None),
+        existing=existing is not None)
+
+
+#: Errors that end the command (exit 3) rather than refuse one file.
+UNAVAILABLE = ("database_unavailable", "embedded_server")
+
+
+async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> FileOutcome:
+    """One file's outcome from its ingest's."""
+    out = upload.out
+    if isinstance(outcome, IngestRefused):
+        return out.model_copy(update={
+            "reason": outcome.reason, "message": outcome.message, "chunk_ordinal": outcome.chunk_ordinal,
+            "heading_path": list(outcome.heading_path) if outcome.heading_path is not None else None})
+    if isinstance(outcome, KnowledgeError):
+        if outcome.reason in UNAVAILABLE:
+            raise outcome
+        return out.model_copy(update={"reason": outcome.reason, "message": outcome.message})
+    if not isinstance(outcome, KnowledgeDocument):
+        raise outcome
+    summary = await live_document(svc.db, outcome.tenant_id, outcome.document_id)
     return out.model_copy(update={
-        "outcome": "new_version" if existing else "ingested", "document_id": doc.document_id,
-        "version": doc.version, "chunks": summary.chunks if summary else None})
+        "outcome": "new_version" if upload.existing else "ingested", "document_id": outcome.document_id,
+        "version": outcome.version, "chunks": summary.chunks if summary else None})
 
 
 def tally(results: list[FileOutcome]) -> dict[str, int]:
@@ -216,22 +257,38 @@ def ingest(
 
 async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Path, str]],
                       request: dict[str, Any], wait_embedded: float | None) -> tuple[list[FileOutcome], Backlog | None]:
-    results: list[FileOutcome] = []
+    """Read and put every file, then ingest them together (`KnowledgeService.ingest_many`: the next
+    documents prepared while the server writes a group of them), then expire the uploads."""
     backlog = None
     async with open_service(opts) as svc:
         progress = _progress(opts)
         with progress:
-            task = progress.add_task("ingesting", total=len(files))
+            task = progress.add_task("reading", total=len(files))
+            uploads: list[_Upload] = []
             for file, title in files:
-                progress.update(task, description=f"ingesting {file.name[:40]}")
-                results.append(await ingest_file(svc, principal, file, title, request))
+                progress.update(task, description=f"reading {file.name[:40]}")
+                uploads.append(await upload_file(svc, principal, file, title, request))
                 progress.advance(task)
+            pending = [u for u in uploads if u.request is not None]
+            progress.update(task, description="ingesting", completed=len(uploads) - len(pending))
+            try:
+                outcomes = await svc.ingest_many([u.request for u in pending if u.request is not None],
+                                                 on_done=lambda _i, _o: progress.advance(task))
+            finally:
+                with anyio.CancelScope(shield=True):  # the uploads were only the vehicle
+                    for u in pending:
+                        if u.request is not None:
+                            with contextlib.suppress(KnowledgeError):
+                                await svc.artifacts.set_expiry(principal.tenant_id, u.request.source.artifact_id,
+                                                               datetime.now(UTC))
+        for u, outcome in zip(pending, outcomes, strict=True):
+            u.out = await settle(svc, u, outcome)
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
         if svc.drain is not None:
             if wait_embedded:
                 await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
             backlog = await svc.embedding_backlog(principal.tenant_id)
-    return results, backlog
+    return [u.out for u in uploads], backlog
 
 
 def _progress(opts: Options) -> Progress:
