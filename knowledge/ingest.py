@@ -56,7 +56,7 @@ from knowledge.normalize import normalize
 from knowledge.retry import RETRY_DELAYS, retry_transient, unavailable
 from knowledge.scan import find_secrets, is_instruction_like
 from knowledge.semantic.queue import QUEUE_INSERT
-from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, ref_from_row
+from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, Opened, ref_from_row
 from knowledge.store.db import Connection, Database, is_transient
 from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
 
@@ -210,11 +210,14 @@ class Ingestor:
     async def _ingest(self, request: IngestRequest) -> KnowledgeDocument:
         return await self.commit_prepared(request, *await self.prepare_request(request))
 
-    async def prepare_request(self, request: IngestRequest) -> tuple[ArtifactRef, PreparedDocument]:
-        """Steps 1-5 of a request: admit, read the source, extract, normalize, chunk and scan."""
+    async def prepare_request(self, request: IngestRequest, opened: Opened | None = None
+                              ) -> tuple[ArtifactRef, PreparedDocument]:
+        """Steps 1-5 of a request: admit, read the source (``opened``: already opened), extract,
+        normalize, chunk and scan."""
         self._admit(request)
         return await self._read_and_prepare(
-            request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256)
+            request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256,
+            opened=opened)
 
     async def commit_prepared(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
                               ) -> KnowledgeDocument:
@@ -228,11 +231,15 @@ class Ingestor:
             self.on_queued()
 
     async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
-                                chunker: Chunker | None = None) -> tuple[ArtifactRef, PreparedDocument]:
-        """Steps 2-5 for a stored artifact: read, extract, normalize, chunk, scan — refusals typed."""
+                                chunker: Chunker | None = None, opened: Opened | None = None
+                                ) -> tuple[ArtifactRef, PreparedDocument]:
+        """Steps 2-5 for a stored artifact: read, extract, normalize, chunk, scan — refusals typed.
+        ``opened``: the artifact's ref and stream, already opened (`ArtifactStore.open_many`)."""
+        pending = [opened] if opened is not None else []  # used once: a retry reads afresh
+
         async def read() -> tuple[ArtifactRef, Any, str]:
             try:
-                source, stream = await self.artifacts.open_read(tenant, artifact_id)
+                source, stream = pending.pop() if pending else await self.artifacts.open_read(tenant, artifact_id)
             except ArtifactNotFound:
                 raise IngestRefused("source_not_found", f"artifact {artifact_id}") from None
             if sha256 is not None and source.sha256 != sha256:

@@ -26,6 +26,7 @@ cancellation propagates.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -50,10 +51,12 @@ from knowledge.ingest import (
 )
 from knowledge.models import ArtifactRef, KnowledgeDocument
 from knowledge.semantic.queue import QUEUE_INSERT
-from knowledge.store.artifacts import REF_COLUMNS, ref_from_row
+from knowledge.store.artifacts import REF_COLUMNS, Opened, ref_from_row
 
 _log = logging.getLogger(__name__)
 
+#: Sources read ahead in one query (their first MiB each).
+READ_AHEAD = 32
 #: A group's bounds: one statement writes at most this many documents or tokens.
 GROUP_DOCUMENTS = 64
 GROUP_TOKENS = 60_000
@@ -102,13 +105,20 @@ async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_
 async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],
                        send: ObjectSendStream[list[_Prepared]], done: OnDone) -> None:
     group: list[_Prepared] = []
+    opened: dict[uuid.UUID, Opened] = {}
     async with send:
         for index, request in enumerate(requests):
             if request.document_id is None and request.replaces is None:  # one id, whatever path it takes
                 request = dataclasses.replace(request, document_id=uuid.uuid4())
             tenant = request.principal.tenant_id
+            if request.source.artifact_id not in opened:  # the next sources of the tenant, in one query
+                ahead = [r.source.artifact_id for r in requests[index:index + READ_AHEAD]
+                         if r.source.tenant_id == request.source.tenant_id]
+                with contextlib.suppress(Exception):  # a fault here: each request reads its own
+                    opened = await ingestor.artifacts.open_many(request.source.tenant_id, ahead)
             try:
-                source, prepared = await ingestor.counted(tenant, ingestor.prepare_request, request)
+                source, prepared = await ingestor.counted(tenant, ingestor.prepare_request, request,
+                                                          opened.pop(request.source.artifact_id, None))
             except Exception as exc:  # IngestRefused and failures: typed, counted, this request's outcome
                 done(index, exc)
                 continue
