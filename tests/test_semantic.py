@@ -29,6 +29,7 @@ from knowledge.search import Searcher
 from knowledge.semantic import enabled
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import available
+from knowledge.semantic.queue import MAX_ATTEMPTS
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from supervisors.embedder import BATCH_PASSAGES
@@ -233,6 +234,33 @@ async def test_a_document_deleted_while_its_batch_is_in_the_child_leaves_no_vect
         "SELECT count(*) FROM knowledge_embeddings e WHERE e.tenant_id = $1 AND NOT EXISTS ("
         "SELECT 1 FROM knowledge_chunks c WHERE c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id)", tenant)) == 0
     assert await chunks_without_vectors(semantic, tenant) == 0  # the first document's
+
+
+@pytest.mark.anyio
+async def test_a_set_that_keeps_failing_is_left_for_an_operator_and_reembed_retries_it(semantic: KnowledgeService,
+                                                                                      tenant: str) -> None:
+    """A queued set whose claims failed `MAX_ATTEMPTS` times in a row (a passage that crashes the
+    encoder, say) is not claimed again — it must not block the queue — and is shown as stuck;
+    ``reembed`` tries it again."""
+    drain = semantic.drain
+    assert drain is not None
+    doc = await ingest(semantic, tenant, BACKUPS)
+    await semantic.db.execute("DELETE FROM knowledge_embeddings WHERE tenant_id = $1", tenant)
+    await semantic.db.execute(
+        """INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version,
+                                                 chunk_count, attempts)
+           SELECT tenant_id, document_id, version, chunker_version, $2, chunk_count, $3
+           FROM knowledge_chunk_sets WHERE tenant_id = $1""", tenant, semantic.semantic_version, MAX_ATTEMPTS)
+    for _ in range(2):  # two claims that find nothing to take
+        drain.wake()
+        await drain.progressed(at_most=10)
+    backlog = await semantic.embedding_backlog(tenant)
+    assert (backlog.chunk_sets, backlog.stuck_sets) == (1, 1) and backlog.chunks > 0
+    assert "waiting" in backlog.describe()
+    with anyio.fail_after(300):
+        assert await semantic.reembed(tenant) == backlog.chunks  # the stuck set, queued again
+    assert await chunks_without_vectors(semantic, tenant) == 0 and await queued(semantic, tenant) == []
+    assert doc in {c.document_id for c in await arms(semantic)[1].search(semantic.db, q(tenant, "snapshot"), 10)}
 
 
 @pytest.mark.anyio

@@ -108,8 +108,9 @@ _RENEW = """
 UPDATE knowledge_embedding_queue SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = 0
 WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
 """
+# A release after a failure keeps the attempt; one because the service closes gives it back.
 _RELEASE = """
-UPDATE knowledge_embedding_queue SET leased_until = NULL
+UPDATE knowledge_embedding_queue SET leased_until = NULL, attempts = greatest(attempts - $3::int, 0)
 WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
 """
 _DONE = "DELETE FROM knowledge_embedding_queue WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])"
@@ -225,14 +226,14 @@ class EmbeddingDrain:
                 await self._drain(rows)
             except EmbedderUnavailable as exc:
                 _log.info("embedding queue: the embedder could not answer (%s); retrying", exc.message)
-                await self._release(rows)
+                await self._release(rows, failed=True)
                 await anyio.sleep(RETRY_SECONDS)
             except Exception:
                 _log.exception("embedding queue: a batch failed; its rows go back to the queue")
-                await self._release(rows)
+                await self._release(rows, failed=True)
                 await anyio.sleep(RETRY_SECONDS)
-            except BaseException:  # cancelled (the service closes): hand the rows back at once
-                await self._release(rows)
+            except BaseException:  # cancelled (the service closes): hand the rows back at once, no fault of theirs
+                await self._release(rows, failed=False)
                 raise
 
     async def _idle(self) -> None:
@@ -275,9 +276,9 @@ class EmbeddingDrain:
         await self.db.execute(_DONE, *_keys(rows))
         self._signal()
 
-    async def _release(self, rows: list[QueueRow]) -> None:
+    async def _release(self, rows: list[QueueRow], *, failed: bool) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
-            await self.db.execute(_RELEASE, *_keys(rows))
+            await self.db.execute(_RELEASE, *_keys(rows), 0 if failed else 1)
 
 
 def _keys(rows: list[QueueRow]) -> tuple[list[str], list[int]]:
