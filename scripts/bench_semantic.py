@@ -187,15 +187,16 @@ async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, text
 
 
 async def run(args: argparse.Namespace) -> list[str]:
-    paths = sorted((CORPUS / args.folder).glob("**/*.md"))
+    paths = sorted(p for folder in args.folder.split(",") for p in (CORPUS / folder).glob("**/*.md"))
     size_mb = sum(p.stat().st_size for p in paths) / 1e6
     texts = [x["question"] for x in load_docs_dev()]
-    out = [f"{len(paths)} files, {size_mb:.2f} MB from {args.folder}; loop={args.loop}"]
+    out = [f"{len(paths)} files, {size_mb:.2f} MB from {args.folder}; loop={args.loop}, "
+           f"embedder threads={args.threads}"]
     with throwaway_data_dir("knowledge-bench-semantic-") as data_dir:
         base = dict(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10, semantic_backfill=False)
         async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
             lex_s, lex_chunks = await ingest_folder(svc, LEXICAL, paths)
-        async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
+        async with KnowledgeService.open(Settings(**base, semantic_arm=True, embedder_threads=args.threads)) as svc:
             assert svc.embedder is not None
             await svc.embedder.wait_ready()
             began = time.perf_counter()
@@ -273,6 +274,8 @@ def main() -> None:
     parser.add_argument("--mid", type=lambda s: [int(x) for x in s.split(",") if x], default=[5, 10],
                         help="sizes (in copies) of the larger tenants measured inside the table")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--threads", type=int, default=Settings.model_fields["embedder_threads"].default,
+                        help="the embedder child's encoder threads")
     parser.add_argument("--ingest-only", action="store_true",
                         help="only the ingest table: time to searchable and to fully embedded (e.g. --folder .)")
     print_run(run, parser.parse_args())
