@@ -172,8 +172,9 @@ def docs_sources(root: Path | None = None) -> list[Source]:
 
 async def ingest_sources(svc: Any, tenant: str, sources: Sequence[Source], concurrency: int = 4
                          ) -> tuple[dict[UUID, str], dict[str, int]]:
-    """Put and ingest every source through `KnowledgeService.ingest`, ``concurrency`` at a time.
-    Returns document_id -> source key, and refusals by reason."""
+    """Put and ingest every source through `KnowledgeService.ingest`, ``concurrency`` at a time, and
+    with the semantic arm on wait until their vectors are written. Returns document_id -> source
+    key, and refusals by reason."""
     principal = Principal(tenant_id=tenant, principal_id="eval", scopes=frozenset({"knowledge.write"}))
     doc_keys: dict[UUID, str] = {}
     refused: dict[str, int] = {}
@@ -195,6 +196,8 @@ async def ingest_sources(svc: Any, tenant: str, sources: Sequence[Source], concu
     async with anyio.create_task_group() as tg:
         for _ in range(concurrency):
             tg.start_soon(worker)
+    if getattr(svc, "drain", None) is not None:  # the semantic arm: its vectors follow the ingest
+        await svc.wait_embedded(tenant_id=tenant)
     return doc_keys, refused
 
 

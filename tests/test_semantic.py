@@ -508,6 +508,6 @@ def test_cli_reembed_fills_a_tenant_ingested_lexical_only(knowledge: Any, tmp_pa
     assert knowledge("ingest", str(tmp_path / "ops.md")).code == 0  # the suite runs lexical-only
     done = knowledge("--json", "docs", "reembed")
     assert done.code == 0, done.err
-    assert done.json()["chunks"] >= 1 and done.json()["model_version"] == "minilm-l6-v2-w128"
+    assert done.json()["chunks"] >= 1 and done.json()["model_version"] == "minilm-l6-v2-w128-o8-code"
     again = knowledge("--json", "docs", "reembed")
     assert again.code == 0 and again.json()["chunks"] == 0

@@ -8,7 +8,17 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowledge.semantic.windows import MIN_BODY, PREFIX_COMPONENTS, prefix, window_spans, window_texts
+from knowledge.semantic.windows import (
+    CODE_SHARE,
+    MIN_BODY,
+    OVERLAP_DIVISOR,
+    PREFIX_COMPONENTS,
+    code_ranges,
+    prefix,
+    useful,
+    window_spans,
+    window_texts,
+)
 
 # A word is 1-4 word pieces of 1-5 characters; words are separated by one or two spaces, or by
 # nothing (a word glued to the next, as "etcdctl.snapshot" is to a tokenizer).
@@ -52,12 +62,13 @@ def test_windows_cover_every_piece_within_the_budget_in_order(spec: list[tuple[l
 
 
 @given(long_words, budgets)
-def test_consecutive_windows_overlap_by_about_a_quarter(spec: list[tuple[list[int], str]], budget: int) -> None:
+def test_consecutive_windows_overlap_by_about_an_eighth(spec: list[tuple[list[int], str]], budget: int) -> None:
     text, offsets = layout(spec)
     held = [pieces_in(span, offsets) for span in window_spans(text, offsets, budget)]
+    overlap = budget // OVERLAP_DIVISOR
     for a, b in itertools.pairwise(held):
         shared = a[-1] - b[0] + 1
-        assert budget // 4 - max(budget // 8, 1) <= shared <= budget // 4
+        assert overlap - max(budget // 8, 1) <= shared <= overlap
 
 
 @given(long_words, budgets)
@@ -101,3 +112,43 @@ def test_window_texts_prefix_every_window_and_leave_the_body_its_budget(
     bodies = [t.removeprefix(head + "\n") for t in texts]
     assert [b for b in bodies if b != head] == [text[s:e] for s, e in window_spans(text, offsets, body_budget)]
     assert window_texts("", text, offsets, size, 0) == [text[s:e] for s, e in window_spans(text, offsets, size)]
+
+
+# --- windows that add nothing: mostly code or table ----------------------------------------------
+
+prose = st.text(alphabet="abcdef ", min_size=1, max_size=60).map(lambda t: t.strip() or "prose")
+block = st.one_of(
+    prose.map(lambda t: t + "\n"),
+    st.lists(st.text(alphabet="xyz(){}=;", min_size=1, max_size=40), min_size=1, max_size=6).map(
+        lambda lines: "```sh\n" + "\n".join(lines) + "\n```\n"),
+    st.lists(prose, min_size=1, max_size=4).map(lambda cells: "| " + " | ".join(cells) + " |\n"),
+)
+documents = st.lists(block, min_size=1, max_size=40).map("".join)
+
+
+def share(text: str, span: tuple[int, int]) -> float:
+    code = {i for a, b in code_ranges(text) for i in range(a, b)}
+    nonspace = [i for i in range(*span) if not text[i].isspace()]
+    return sum(i in code for i in nonspace) / max(len(nonspace), 1)
+
+
+@given(documents, st.integers(8, 200))
+def test_useful_windows_drop_only_mostly_code_and_keep_one(text: str, width: int) -> None:
+    spans = [(s, min(s + width, len(text))) for s in range(0, len(text), max(width // 2, 1))]
+    kept = useful(text, spans)
+    assert kept and all(k in spans for k in kept) and kept == sorted(kept)  # a non-empty subsequence
+    dropped = [s for s in spans if s not in kept]
+    assert all(share(text, s) >= CODE_SHARE for s in dropped)
+    if dropped and kept != spans[:1]:
+        assert all(share(text, s) < CODE_SHARE for s in kept)
+    if all(share(text, s) >= CODE_SHARE for s in spans):
+        assert kept == spans[:1]  # all code: the first window stands for the passage
+
+
+def test_code_ranges_are_fenced_blocks_and_table_rows() -> None:
+    text = "intro\n```\nls -l\n```\nmiddle\n| a | b |\n|---|---|\nend\n~~~\nopen fence to the end"
+    assert [text[a:b] for a, b in code_ranges(text)] == [
+        "```\nls -l\n```\n", "| a | b |\n|---|---|\n", "~~~\nopen fence to the end"]
+    assert useful("no code here", [(0, 2), (3, 7)]) == [(0, 2), (3, 7)]
+    only_code = "```\n" + "x = 1\n" * 40 + "```\n"
+    assert useful(only_code, [(0, 100), (100, len(only_code))]) == [(0, 100)]

