@@ -3,8 +3,9 @@
     .venv/bin/python scripts/survey_embedding_cost.py [--configs s128-o4,s128-o0,...] [--sample 300]
         [--scifact-docs 2500] [--cache /tmp/survey-cache] [--no-timing] [--batching] [--retime]
 
-The service embeds a passage as windows of 128 word pieces overlapping by a quarter, each headed
-by the heading path (`knowledge.semantic.windows`), and scores it by its best window. This script
+Issue 11's service embedded a passage as windows of 128 word pieces overlapping by a quarter, each
+headed by the heading path (`knowledge.semantic.windows`), and scored it by its best window; this
+survey chose issue 18's design, ``s128-o8-code`` (what the service embeds today). This script
 builds other window sets from the very same chunks (`knowledge.ingest.prepare`, via
 `survey_embeddings.passages_of`) and the encoder's own tokenizer offsets, and measures for each:
 windows per passage, encoder throughput on a fixed sample of docs passages (one thread, encode
@@ -16,7 +17,8 @@ Config spec: ``s<size>-o<d>`` windows of <size> model positions (128 today, 256 
 overlapping by 1/<d> of the body budget (``o0``: no overlap), then optional rules:
 ``-code``: drop a window whose body is mostly (>= 75 % of its non-space characters) a fenced code
 block or a table row when the passage keeps another window (the lexical arm handles code);
-``-cap<K>``: only the first K windows. ``s128-o4`` is today's design.
+``-cap<K>``: only the first K windows. ``s128-o4`` is issue 11's design (the baseline of the ratios),
+``s128-o8-code`` today's.
 
 Vectors are cached by the sha256 of the exact window text in ``--cache`` (so configs sharing
 windows cost only their new ones); throughput timings are cached too (``--retime`` re-measures).
@@ -55,6 +57,8 @@ from survey_embeddings import TOP, fuse, passages_of, semantic_ranking
 from knowledge.semantic.windows import MIN_BODY, prefix
 
 BASELINE = "s128-o4"
+#: What `knowledge.semantic.encoder.Encoder.windows` builds today (checked below, passage by passage).
+SERVICE = "s128-o8-code"
 DEFAULT_CONFIGS = ("s128-o4,s128-o0,s256-o0,s128-o8,s128-o4-code,s128-o4-cap4,s128-o0-code,s128-o8-code,"
                    "s256-o0-code,s128-o0-code-cap3")
 SERVICE_PASSAGES = 16  # supervisors.embedder.BATCH_PASSAGES: passages per encode call in the service
@@ -342,14 +346,14 @@ def main() -> None:
     questions = load_docs_dev()
     d_passages, _ = passages_of(docs_sources())
     d_win = Windower(encoder._tokenizer, d_passages)
-    # today's windows are exactly the service's
-    base = Config.parse(BASELINE)
-    assert all(d_win.windows(i, base) == encoder.windows(*d_passages[i]) for i in range(len(d_passages)))
+    # the service's windows are exactly this survey's SERVICE config
+    base, service = Config.parse(BASELINE), Config.parse(SERVICE)
+    assert all(d_win.windows(i, service) == encoder.windows(*d_passages[i]) for i in range(len(d_passages)))
     # SciFact
     data, splits = scifact_subset(args.scifact_docs)
     s_passages, s_keys = passages_of(scifact_sources(data))
     s_win = Windower(encoder._tokenizer, s_passages)
-    assert all(s_win.windows(i, base) == encoder.windows(*s_passages[i]) for i in range(len(s_passages)))
+    assert all(s_win.windows(i, service) == encoder.windows(*s_passages[i]) for i in range(len(s_passages)))
     print(f"# {len(d_passages)} docs passages; SciFact {len(data.corpus)} documents "
           f"({'subsample: all relevant to a train/test claim + seeded distractors' if args.scifact_docs else 'all'}),"
           f" {len(s_passages)} passages; encoder: 1 thread", flush=True)
