@@ -87,10 +87,10 @@ class Settings(BaseModel):
     semantic_backfill: bool = True
     #: Word pieces per embedded window of a passage (0: the whole passage, cut by the model at 256).
     semantic_window: int = Field(default=128, ge=0, le=256)
-    #: Threads the embedder child's encoder uses. One, by measurement: on 2 cores shared with the
-    #: event loop and PostgreSQL, one thread encodes 43-46 windows/s at any batch size, two threads
-    #: 22 at batches of 32 and 8 at batches of 8 (`scripts/bench_semantic.py --threads`, README).
-    embedder_threads: int = Field(default=1, ge=1, le=64)
+    #: Threads the embedder child's encoder uses, waiting passively (OMP_WAIT_POLICY=PASSIVE): on
+    #: these 2 cores, 76-85 windows/s when the other core is idle and 43-49 when it is busy, where
+    #: spinning threads fall to 7-33 (`scripts/bench_embedder.py`, README).
+    embedder_threads: int = Field(default=2, ge=1, le=64)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

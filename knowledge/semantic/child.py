@@ -59,7 +59,10 @@ def main() -> None:
     sys.stdout = sys.stderr  # nothing a library prints may corrupt the frames
     # Nor land in the host's terminal: no progress bars or chatter while the model loads.
     for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TQDM_DISABLE", "1"),
-                        ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
+                        ("TRANSFORMERS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false"),
+                        # Encoder threads that wait sleep instead of spinning: with the other core busy
+                        # (the host's loop, PostgreSQL) spinning threads collapse (scripts/bench_embedder.py).
+                        ("OMP_WAIT_POLICY", "PASSIVE")):
         os.environ.setdefault(name, value)
 
     from knowledge.semantic.encoder import DIM, Encoder

