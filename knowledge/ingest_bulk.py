@@ -6,11 +6,13 @@ pipeline of two tasks:
 - the **preparer** admits, reads, extracts, normalizes, chunks and scans one request after another
   (steps 1-5: pure CPU once the source is read) and hands the prepared documents on in groups of
   one tenant, at most `GROUP_DOCUMENTS` documents or `GROUP_TOKENS` tokens;
-- the **writer** commits each group with ONE statement in one transaction (`_BULK_SQL`): source
-  copies, documents, chunk sets, events, outcome counters, embedding-queue rows, chunk rows, index
-  rows, postings and term statistics of every document in the group.
+- two **writers** (a connection each) commit the groups, each group with ONE statement in one
+  transaction (`_BULK_SQL`): source copies, documents, chunk sets, events, outcome counters,
+  embedding-queue rows, chunk rows, index rows, postings and term statistics of every document in
+  the group.
 
-While the server writes one group, the preparer prepares the next: the two cores work at once.
+While the server writes, the preparer prepares the next group: the two cores work at once, and
+both write once preparing is done.
 
 Whole documents only. A refusal (steps 1-5) is that request's outcome and writes nothing but its
 outcome counter, as in the single path. If a group's statement fails for any reason — a document
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 
 import anyio
 from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import (
@@ -57,6 +60,8 @@ _log = logging.getLogger(__name__)
 
 #: Sources read ahead in one query (their first MiB each).
 READ_AHEAD = 32
+#: Groups written at once, each on its own connection: once preparing is done, both cores write.
+WRITERS = 2
 #: A group's bounds: one statement writes at most this many documents or tokens.
 GROUP_DOCUMENTS = 64
 GROUP_TOKENS = 60_000
@@ -95,11 +100,17 @@ async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_
     send, receive = anyio.create_memory_object_stream[list[_Prepared]](1)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_prepare_all, ingestor, requests, send, done)
-        async with receive:
-            async for group in receive:
-                await _write(ingestor, group, done)
+        with receive:
+            for _ in range(WRITERS):
+                tg.start_soon(_writer, ingestor, receive.clone(), done)
     assert all(o is not None for o in outcomes)
     return outcomes  # type: ignore[return-value]
+
+
+async def _writer(ingestor: Ingestor, receive: MemoryObjectReceiveStream[list[_Prepared]], done: OnDone) -> None:
+    async with receive:
+        async for group in receive:
+            await _write(ingestor, group, done)
 
 
 async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],

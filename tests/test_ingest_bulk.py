@@ -117,7 +117,8 @@ async def test_a_group_that_cannot_be_written_at_once_falls_back_to_one_at_a_tim
 async def test_cancellation_mid_batch_leaves_only_whole_documents(service: KnowledgeService, tenant: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The caller is cancelled as the first group commits (from ``on_done``, no timer): that group
-    stays, reported; the next group, whose statement is under way or about to be, leaves nothing."""
+    stays, reported; a group whose COMMIT was already in flight on the other writer stays too, and
+    is reported; whatever else was under way leaves nothing."""
     monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 3)
     refs = [await put(service, tenant, text(n)) for n in range(9)]
     reported: dict[int, Any] = {}
@@ -131,7 +132,7 @@ async def test_cancellation_mid_batch_leaves_only_whole_documents(service: Knowl
         await service.ingest_many([request(r, tenant, f"doc {i}") for i, r in enumerate(refs)], on_done=on_done)
     assert caller.cancelled_caught
     committed = {o.document_id for o in reported.values() if isinstance(o, KnowledgeDocument)}
-    assert len(committed) == 3, reported
+    assert len(committed) in (3, 6), reported  # whole groups: one, or two with the other writer's
     stored = {r["document_id"] for r in await service.db.fetch(
         "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
     assert stored == committed
