@@ -37,8 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
-from anyio.abc import ObjectSendStream
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import (
@@ -107,7 +106,7 @@ async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_
     return outcomes  # type: ignore[return-value]
 
 
-async def _writer(ingestor: Ingestor, receive: MemoryObjectReceiveStream[list[_Prepared]], done: OnDone) -> None:
+async def _writer(ingestor: Ingestor, receive: ObjectReceiveStream[list[_Prepared]], done: OnDone) -> None:
     async with receive:
         async for group in receive:
             await _write(ingestor, group, done)
