@@ -33,7 +33,6 @@ import hashlib
 import json
 import pickle
 import random
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,7 +53,7 @@ from retrieval_data import (
 )
 from survey_embeddings import TOP, fuse, passages_of, semantic_ranking
 
-from knowledge.semantic.windows import MIN_BODY, prefix
+from knowledge.semantic.windows import MIN_BODY, prefix, useful, window_spans
 
 BASELINE = "s128-o4"
 #: What `knowledge.semantic.encoder.Encoder.windows` builds today (checked below, passage by passage).
@@ -63,62 +62,9 @@ DEFAULT_CONFIGS = ("s128-o4,s128-o0,s256-o0,s128-o8,s128-o4-code,s128-o4-cap4,s1
                    "s256-o0-code,s128-o0-code-cap3")
 SERVICE_PASSAGES = 16  # supervisors.embedder.BATCH_PASSAGES: passages per encode call in the service
 SERVICE_BATCH = 32  # Encoder.batch_size
-CODE_SHARE = 0.75
 
 
 # --------------------------------------------------------------------------- windows
-
-
-def window_spans(text: str, offsets: Sequence[tuple[int, int]], budget: int, overlap_div: int) -> list[tuple[int, int]]:
-    """`knowledge.semantic.windows.window_spans` with the overlap as a parameter: 1/``overlap_div`` of
-    ``budget`` (4: today's quarter; 0: no overlap). Otherwise the same code."""
-    pieces = [(s, e) for s, e in offsets if e > s]
-    if not pieces:
-        return [(0, len(text))] if text.strip() else []
-    budget = max(budget, 1)
-    if len(pieces) <= budget:
-        return [(pieces[0][0], pieces[-1][1])]
-    overlap, slack = (budget // overlap_div if overlap_div else 0), max(budget // 8, 1)
-
-    def boundary(i: int) -> bool:
-        return i + 1 >= len(pieces) or pieces[i][1] < pieces[i + 1][0]
-
-    spans: list[tuple[int, int]] = []
-    first = 0
-    while True:
-        last = min(first + budget, len(pieces)) - 1
-        for cut in range(last, max(first, last - slack) - 1, -1):
-            if boundary(cut):
-                last = cut
-                break
-        spans.append((pieces[first][0], pieces[last][1]))
-        if last >= len(pieces) - 1:
-            return spans
-        nxt = max(first + 1, last + 1 - overlap)
-        for start in range(nxt, min(nxt + slack, last + 1)):
-            if boundary(start - 1):
-                nxt = start
-                break
-        first = nxt
-
-
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_TABLE = re.compile(r"^\s*\|")
-
-
-def code_mask(text: str) -> np.ndarray:
-    """Per character of ``text``: inside a fenced code block (fence lines included) or a table row."""
-    mask = np.zeros(len(text), dtype=bool)
-    in_fence = False
-    pos = 0
-    for line in text.splitlines(keepends=True):
-        fence = bool(_FENCE.match(line))
-        if fence or in_fence or _TABLE.match(line):
-            mask[pos:pos + len(line)] = True
-        if fence:
-            in_fence = not in_fence
-        pos += len(line)
-    return mask
 
 
 @dataclass(frozen=True)
@@ -146,7 +92,6 @@ class Windower:
         self.heads: list[str] = []
         self.head_pieces: list[int] = []
         self.offsets: list[list[tuple[int, int]]] = []
-        self.masks: list[np.ndarray | None] = []
         for heading_path, text in passages:
             head = prefix(heading_path)
             self.heads.append(head)
@@ -155,7 +100,6 @@ class Windower:
             enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False,
                             verbose=False)
             self.offsets.append([tuple(o) for o in enc["offset_mapping"]])
-            self.masks.append(None)
 
     def windows(self, i: int, cfg: Config) -> list[str]:
         head, text = self.heads[i], self.passages[i][1]
@@ -164,18 +108,8 @@ class Windower:
         spans = window_spans(text, self.offsets[i], budget, cfg.overlap_div)
         if not spans:
             return [head] if head else []
-        if cfg.code and len(spans) > 1:
-            if self.masks[i] is None:
-                self.masks[i] = code_mask(text)
-            mask = self.masks[i]
-            kept = []
-            for s, e in spans:
-                body = np.frombuffer(text[s:e].encode("utf-32-le"), dtype=np.uint32)
-                nonspace = ~np.isin(body, [32, 9, 10, 13])
-                share = (mask[s:e] & nonspace).sum() / max(nonspace.sum(), 1)
-                if share < CODE_SHARE:
-                    kept.append((s, e))
-            spans = kept or spans[:1]
+        if cfg.code:  # the service's own rule (`knowledge.semantic.windows.useful`)
+            spans = useful(text, spans)
         if cfg.cap:
             spans = spans[:cfg.cap]
         return [f"{head}\n{text[s:e]}" if head else text[s:e] for s, e in spans]

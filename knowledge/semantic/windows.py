@@ -46,16 +46,18 @@ def prefix(heading_path: Sequence[str]) -> str:
     return " > ".join(h.strip() for h in heading_path[-PREFIX_COMPONENTS:] if h.strip())
 
 
-def window_spans(text: str, offsets: Sequence[tuple[int, int]], budget: int) -> list[tuple[int, int]]:
+def window_spans(text: str, offsets: Sequence[tuple[int, int]], budget: int,
+                 overlap_divisor: int = OVERLAP_DIVISOR) -> list[tuple[int, int]]:
     """Character spans of ``text`` covering every word piece, each at most ``budget`` pieces long,
-    consecutive spans overlapping by about 1/`OVERLAP_DIVISOR` of ``budget``."""
+    consecutive spans overlapping by about 1/``overlap_divisor`` of ``budget`` (0: no overlap; the
+    survey of issue 18 measures other divisors)."""
     pieces = [(s, e) for s, e in offsets if e > s]
     if not pieces:
         return [(0, len(text))] if text.strip() else []
     budget = max(budget, 1)
     if len(pieces) <= budget:
         return [(pieces[0][0], pieces[-1][1])]
-    overlap, slack = budget // OVERLAP_DIVISOR, max(budget // 8, 1)
+    overlap, slack = budget // overlap_divisor if overlap_divisor else 0, max(budget // 8, 1)
 
     def boundary(i: int) -> bool:  # a word ends after piece i (a gap before the next piece)
         return i + 1 >= len(pieces) or pieces[i][1] < pieces[i + 1][0]
