@@ -54,10 +54,8 @@ async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Pa
     progress.update(task, description="ingesting", completed=0)
     try:
         results = await svc.ingest_many(requests, on_done=lambda _i, _o: progress.advance(task))
-    finally:
-        with anyio.CancelScope(shield=True):  # the uploads were only the vehicle
-            for r in requests:
-                await svc.artifacts.set_expiry(TENANT, r.source.artifact_id, datetime.now(UTC))
+    finally:  # the uploads were only the vehicle
+        await svc.artifacts.expire_now(TENANT, [r.source.artifact_id for r in requests])
     for r, outcome in zip(requests, results, strict=True):
         reason = outcome.reason if isinstance(outcome, KnowledgeError) else "ingested"
         outcomes[reason] = outcomes.get(reason, 0) + 1

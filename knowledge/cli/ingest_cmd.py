@@ -12,7 +12,6 @@ copy of the source.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import mimetypes
 import time
@@ -274,13 +273,9 @@ async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Pat
             try:
                 outcomes = await svc.ingest_many([u.request for u in pending if u.request is not None],
                                                  on_done=lambda _i, _o: progress.advance(task))
-            finally:
-                with anyio.CancelScope(shield=True):  # the uploads were only the vehicle
-                    for u in pending:
-                        if u.request is not None:
-                            with contextlib.suppress(KnowledgeError):
-                                await svc.artifacts.set_expiry(principal.tenant_id, u.request.source.artifact_id,
-                                                               datetime.now(UTC))
+            finally:  # the uploads were only the vehicle
+                await svc.artifacts.expire_now(principal.tenant_id,
+                                               [u.request.source.artifact_id for u in pending if u.request])
         for u, outcome in zip(pending, outcomes, strict=True):
             u.out = await settle(svc, u, outcome)
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now

@@ -8,16 +8,22 @@ its expiry and attachment marks change. The sweeper deletes expired artifacts, b
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
+
+import anyio
 
 from knowledge.errors import ArtifactError, ArtifactNotFound, ArtifactTooLarge
 from knowledge.models import ArtifactOrigin, ArtifactRef, TrustLevel
 from knowledge.retry import retry_transient
 from knowledge.store.db import Connection, Database, Record, UniqueViolation, is_transient
+
+_log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 1024 * 1024
 #: An artifact opened for reading: its ref and a stream of its bytes (`ArtifactStore.open_read`).
@@ -225,6 +231,16 @@ class ArtifactStore:
         if status.endswith(" 0"):
             raise ArtifactNotFound(message=f"artifact {artifact_id} of tenant {tenant_id}")
 
+    async def expire_now(self, tenant_id: str, artifact_ids: Sequence[UUID]) -> None:
+        """Let the sweeper collect these artifacts (uploads that were only a vehicle), in one
+        statement, shielded and bounded: an interrupted caller still expires what it put. Ids
+        already gone are skipped. Best effort (cleanup, often in a ``finally``): a failure is
+        logged, not raised — put such uploads with an expiry, and they go at that time anyway."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10), _logged_failure("expiring uploads"):
+            await self._db.execute(
+                "UPDATE artifacts SET expires_at = clock_timestamp() WHERE tenant_id = $1 AND artifact_id = ANY($2)",
+                tenant_id, list(artifact_ids))
+
     async def sweep(self, batch: int = 200) -> int:
         """Delete every expired artifact, bytes and row, in batches; return how many.
 
@@ -244,3 +260,11 @@ class ArtifactStore:
             total += len(rows)
             if len(rows) < batch:
                 return total
+
+
+@contextlib.contextmanager
+def _logged_failure(what: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        _log.warning("%s failed; the artifacts expire at their own expiry", what, exc_info=True)
