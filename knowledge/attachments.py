@@ -13,8 +13,9 @@ only that:
   is recorded ``refused`` with that reason at once. Every attachment passed is recorded as part of
   the conversation, marked or not, so deleting the conversation reaches all of them.
 - **The queue** (`AttachmentQueue`) is what a worker (`knowledge.worker`) uses: claim the oldest
-  claimable attachment by upload order with ``FOR UPDATE SKIP LOCKED`` and take a lease on it
-  (renewed while working; one that runs out is taken over by another worker), then settle it —
+  claimable attachments (a batch) by upload order with ``FOR UPDATE SKIP LOCKED`` and take a lease
+  on each (renewed while working; one that runs out is taken over by another worker), then settle
+  each —
   ``ingested`` with its document, ``refused`` with a reason (never retried), ``pending`` again
   after a backoff for a transient failure, or ``failed`` once the retries are spent. Every attempt
   is appended to ``attachment_history``.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -40,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge.errors import KnowledgeError
-from knowledge.ingest import lock_document
+from knowledge.ingest import lock_documents
 from knowledge.lifecycle import withdraw_unreferenced
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.store.artifacts import REF_COLUMNS, collect_bytes, insert_artifact, ref_from_row, store_retrying
@@ -307,7 +308,7 @@ WITH next AS (
               WHEN 'pending' THEN next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()
               ELSE lease_expires_at <= clock_timestamp() END
     ORDER BY upload_seq
-    LIMIT 1
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
 UPDATE artifacts a
@@ -331,25 +332,29 @@ RETURNING {', '.join('a.' + c.strip() for c in REF_COLUMNS.split(','))}, a.attac
                   AND d.document_id = a.attachment_document_id AND d.valid_to IS NULL) AS document_exists
 """
 
-# Settle a claim still held: $1 tenant, $2 artifact, $3 worker, $4 new state, $5 reason, $6 the
-# document (ingested only), $7 backoff seconds (pending only), $8 the attempt's outcome. An
-# ingested attachment is recorded only while its document is live (checked under the document's lock).
+# Settle claims still held by worker $1, one row of the arrays per claim: tenant, artifact, new
+# state, reason, the document (ingested only), backoff seconds (pending only), the attempt's outcome.
+# An ingested attachment is recorded only while its document is live (checked under the document's lock).
 _SETTLE = f"""
-UPDATE artifacts
-SET attachment_state = $4,
-    refusal_reason = $5,
-    attachment_document_id = coalesce($6, attachment_document_id),
-    next_attempt_at = CASE WHEN $4 = 'pending' THEN clock_timestamp() + make_interval(secs => $7) END,
+UPDATE artifacts a
+SET attachment_state = s.state,
+    refusal_reason = s.reason,
+    attachment_document_id = coalesce(s.document_id, a.attachment_document_id),
+    next_attempt_at = CASE WHEN s.state = 'pending' THEN clock_timestamp() + make_interval(secs => s.delay) END,
     lease_owner = NULL,
     lease_expires_at = NULL,
     attachment_updated_at = clock_timestamp(),
-    attachment_history = attachment_history || jsonb_build_object(
-        'attempt', attachment_attempts, 'outcome', $8::text, 'reason', $5::text, 'worker', $3::text,
-        'document_id', $6::uuid, 'at', clock_timestamp())
-WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting' AND {_LIVE}
-  AND ($4 <> 'ingested' OR EXISTS (SELECT 1 FROM knowledge_documents d
-                                  WHERE d.tenant_id = $1 AND d.document_id = $6 AND d.valid_to IS NULL))
-RETURNING 1
+    attachment_history = a.attachment_history || jsonb_build_object(
+        'attempt', a.attachment_attempts, 'outcome', s.outcome, 'reason', s.reason, 'worker', $1::text,
+        'document_id', s.document_id, 'at', clock_timestamp())
+FROM unnest($2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[], $7::float8[], $8::text[])
+     AS s(tenant_id, artifact_id, state, reason, document_id, delay, outcome)
+WHERE a.tenant_id = s.tenant_id AND a.artifact_id = s.artifact_id AND a.lease_owner = $1
+  AND a.attachment_state = 'ingesting' AND {_LIVE}
+  AND (s.state <> 'ingested' OR EXISTS (SELECT 1 FROM knowledge_documents d
+                                       WHERE d.tenant_id = s.tenant_id AND d.document_id = s.document_id
+                                         AND d.valid_to IS NULL))
+RETURNING a.artifact_id
 """
 
 _RELEASE = f"""
@@ -364,6 +369,20 @@ RETURNING 1
 """
 
 
+def _claim_of(row: Record, worker_id: str) -> Claim:
+    principal_id = row["attached_by"] or ""
+    return Claim(
+        source=ref_from_row(row), worker_id=worker_id, attempt=int(row["attachment_attempts"]),
+        principal_id=principal_id,
+        document_id=row["attachment_document_id"] or attachment_document_id(row["tenant_id"], principal_id,
+                                                                            row["sha256"]),
+        document_exists=bool(row["document_exists"]), conversation_id=row["conversation_id"],
+        upload_seq=int(row["upload_seq"]),
+        taken_over_from=row["prev_owner"] if row["prev_state"] == AttachmentState.INGESTING.value else None,
+        exhausted=bool(row["exhausted"]),
+    )
+
+
 class AttachmentQueue:
     """The attachments' work queue, in the ``artifacts`` table. Every method is one statement or one
     short transaction; none is held across an ingest, and none locks an attachment's row for longer
@@ -373,65 +392,65 @@ class AttachmentQueue:
         self._db = db
 
     async def claim(self, worker_id: str, lease_seconds: float, tenant_id: str | None = None, *,
-                    max_attempts: int = 4) -> Claim | None:
-        """Claim the claimable attachment first in upload order — pending and due, or ingesting
-        under an expired lease (a takeover) — and take a lease on it for ``worker_id``; None when
-        nothing is claimable. Workers skip each other's rows being claimed (``SKIP LOCKED``). A
-        takeover of attempt ``max_attempts`` is not a new attempt: the claim is ``exhausted``.
-        Cancellation: the statement rolls back; nothing is claimed."""
-        row = await self._db.fetchrow(_CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts)
-        if row is None:
-            return None
-        principal_id = row["attached_by"] or ""
-        return Claim(
-            source=ref_from_row(row), worker_id=worker_id, attempt=int(row["attachment_attempts"]),
-            principal_id=principal_id,
-            document_id=row["attachment_document_id"] or attachment_document_id(row["tenant_id"], principal_id,
-                                                                                row["sha256"]),
-            document_exists=bool(row["document_exists"]), conversation_id=row["conversation_id"],
-            upload_seq=int(row["upload_seq"]),
-            taken_over_from=row["prev_owner"] if row["prev_state"] == AttachmentState.INGESTING.value else None,
-            exhausted=bool(row["exhausted"]),
-        )
+                    max_attempts: int = 4, limit: int = 1) -> list[Claim]:
+        """Claim up to ``limit`` claimable attachments, first in upload order — pending and due, or
+        ingesting under an expired lease (a takeover) — each under its own lease for ``worker_id``;
+        empty when nothing is claimable. Workers skip each other's rows being claimed (``SKIP
+        LOCKED``). A takeover of attempt ``max_attempts`` is not a new attempt: the claim is
+        ``exhausted``. Cancellation: the statement rolls back; nothing is claimed."""
+        rows = await self._db.fetch(_CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
+        claims = [_claim_of(row, worker_id) for row in rows]
+        return sorted(claims, key=lambda c: c.upload_seq)
 
-    async def renew(self, claim: Claim, lease_seconds: float) -> bool:
-        """Extend the claim's lease; False if it is no longer the claimer's (it expired and another
-        worker took the attachment over, or its conversation was deleted)."""
-        row = await self._db.fetchval(
+    async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> set[uuid.UUID]:
+        """Extend the leases of one worker's claims in one statement; return the attachments still
+        the worker's (a claim is not once it expired and another worker took it over, or its
+        conversation was deleted)."""
+        if not claims:
+            return set()
+        rows = await self._db.fetch(
             f"""UPDATE artifacts SET lease_expires_at = clock_timestamp() + make_interval(secs => $4)
-                WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting'
-                  AND {_LIVE}
-                RETURNING 1""", claim.tenant_id, claim.artifact_id, claim.worker_id, float(lease_seconds))
-        return row is not None
+                WHERE tenant_id = ANY($1::text[]) AND artifact_id = ANY($2::uuid[]) AND lease_owner = $3
+                  AND attachment_state = 'ingesting' AND {_LIVE}
+                RETURNING artifact_id""",
+            sorted({c.tenant_id for c in claims}), [c.artifact_id for c in claims], claims[0].worker_id,
+            float(lease_seconds))
+        return {row["artifact_id"] for row in rows}
 
-    async def settle(self, claim: Claim, outcome: Outcome, *, max_attempts: int,
-                     backoff: Callable[[int], float]) -> Settled:
-        """Record ``outcome`` on the claimed attachment and release its lease. ``ingested`` is
-        recorded only while the document is live, checked under the document's lock (else the
-        attempt is a transient ``document_withdrawn``); a ``retry`` after ``max_attempts`` attempts
-        is recorded ``failed`` with its reason; otherwise the attachment is ``pending`` again after
-        ``backoff(attempt)`` seconds. Returns the new state, or ``lease_lost``/``withdrawn`` when the
-        attachment was no longer this claim's (`_unheld`). Cancellation: it rolls back; the lease
-        stays held until released or expired."""
-        if outcome.kind == "retry" and claim.attempt >= max_attempts:
-            outcome = Outcome("failed", outcome.reason)
-        state = _STATE_OF[outcome.kind]
-        delay = float(backoff(claim.attempt)) if state == "pending" else 0.0
-        args = (claim.tenant_id, claim.artifact_id, claim.worker_id, state, outcome.reason,
-                claim.document_id if state == "ingested" else None, delay, outcome.kind)
-        if state == "ingested":
-            async with self._db.transaction() as tx:
-                await lock_document(tx, claim.tenant_id, claim.document_id)
-                done = await tx.fetchval(_SETTLE, *args)
-        else:
-            done = await self._db.fetchval(_SETTLE, *args)
-        if done:
-            return state
-        unheld = await self._unheld(claim)
-        if unheld is None:  # still ours: the document was withdrawn after the ingest committed
-            return await self.settle(claim, Outcome("retry", "document_withdrawn"), max_attempts=max_attempts,
-                                     backoff=backoff)
-        return unheld
+    async def settle(self, claims: Sequence[Claim], outcomes: Sequence[Outcome], *, max_attempts: int,
+                     backoff: Callable[[int], float]) -> list[Settled]:
+        """Record each claim's outcome and release its lease, in one transaction. ``ingested`` is
+        recorded only while the document is live, checked under the document's lock (taken for
+        every such document first, in one order; else the attempt is a transient
+        ``document_withdrawn``); a ``retry`` after ``max_attempts`` attempts is recorded ``failed``
+        with its reason; otherwise the attachment is ``pending`` again after ``backoff(attempt)``
+        seconds. Returns each claim's new state, or ``lease_lost``/``withdrawn`` for one that was no
+        longer its claimer's (`_unheld`). All claims are one worker's. Cancellation: it rolls back;
+        the leases stay held until released or expired."""
+        if not claims:
+            return []
+        final = [Outcome("failed", o.reason) if o.kind == "retry" and c.attempt >= max_attempts else o
+                 for c, o in zip(claims, outcomes, strict=True)]
+        states = [_STATE_OF[o.kind] for o in final]
+        columns = (
+            [c.tenant_id for c in claims], [c.artifact_id for c in claims], list(states), [o.reason for o in final],
+            [c.document_id if s == "ingested" else None for c, s in zip(claims, states, strict=True)],
+            [float(backoff(c.attempt)) if s == "pending" else 0.0 for c, s in zip(claims, states, strict=True)],
+            [o.kind for o in final])
+        async with self._db.transaction() as tx:
+            await lock_documents(tx, [(c.tenant_id, c.document_id)
+                                      for c, s in zip(claims, states, strict=True) if s == "ingested"])
+            done = {row["artifact_id"] for row in await tx.fetch(_SETTLE, claims[0].worker_id, *columns)}
+        settled: list[Settled] = []
+        for claim, state in zip(claims, states, strict=True):
+            if claim.artifact_id in done:
+                settled.append(state)
+            elif (unheld := await self._unheld(claim)) is not None:
+                settled.append(unheld)
+            else:  # still ours: the document was withdrawn after the ingest committed
+                settled.extend(await self.settle([claim], [Outcome("retry", "document_withdrawn")],
+                                                 max_attempts=max_attempts, backoff=backoff))
+        return settled
 
     async def release(self, claim: Claim) -> Settled:
         """Give a claim back unfinished (the worker is stopping): ``pending`` again at once, this

@@ -72,8 +72,12 @@ class Settings(BaseModel):
     #: The first retry's backoff; each further retry doubles it, up to the maximum.
     attachment_retry_base_seconds: float = Field(default=5.0, ge=0)
     attachment_retry_max_seconds: float = Field(default=300.0, ge=0)
-    #: One attempt's bound (read, extract, scan, commit); passing it is a transient failure.
+    #: One attachment's bound for reading, extracting, chunking and scanning (a batch's, that times
+    #: its size); passing it is a transient failure.
     attachment_job_timeout_seconds: float = Field(default=300.0, gt=0)
+    #: Attachments a worker claims at once and ingests through the bulk path (`knowledge.ingest_bulk`):
+    #: prepared while the previous group is written, committed in groups, each still all-or-nothing.
+    attachment_batch: int = Field(default=32, ge=1, le=256)
     #: A crashed worker task restarts after this, doubling per consecutive crash up to the maximum.
     worker_restart_base_seconds: float = Field(default=1.0, ge=0)
     worker_restart_max_seconds: float = Field(default=60.0, ge=0)

@@ -26,7 +26,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, TypeVar
@@ -322,7 +322,7 @@ class Ingestor:
         self.wake_drain()
         return len(prepared.chunks)
 
-    async def _fault(self, step: str, conn: Connection | None) -> None:
+    async def fault(self, step: str, conn: Connection | None) -> None:
         if self.fault_hook is not None:
             await self.fault_hook(step, conn)
 
@@ -357,12 +357,12 @@ class Ingestor:
     async def _commit_once(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
                            document_id: uuid.UUID, attempt: _Attempt) -> KnowledgeDocument:
         tenant = request.principal.tenant_id
-        async with self.db.transaction(on_commit=functools.partial(self._fault, "commit", None)) as tx:
+        async with self.db.transaction(on_commit=functools.partial(self.fault, "commit", None)) as tx:
             if request.replaces is not None:
                 attempt.version = await supersede(tx, tenant, request.replaces, request.principal)
             # One statement: the source copy (made inside the server, never re-sent), the document,
             # its chunk set, the event and the outcome counter.
-            await self._fault("before_write", tx)
+            await self.fault("before_write", tx)
             # One statement writes everything (see _INGEST_SQL): one round trip, whatever the size.
             columns = chunk_columns(tenant, document_id, attempt.version, prepared)
             row = await tx.fetchrow(
@@ -379,10 +379,10 @@ class Ingestor:
                 raise IngestRefused("source_not_found", "the source vanished during ingest")
             if row["ingested_at"] is None:
                 raise IngestRefused("document_exists", f"document {document_id} already exists")
-            await self._fault("before_commit", tx)
+            await self.fault("before_commit", tx)
             attempt.commit_sent = True  # leaving the block sends COMMIT (shielded: see `call_in_group`)
         with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
-            await self._fault("after_commit", tx)
+            await self.fault("after_commit", tx)
         return document_of(request, document_id, attempt.version, ref_from_row(row), source.media_type,
                          prepared.chunker_version, row["ingested_at"])
 
@@ -444,6 +444,17 @@ def document_lock_key(tenant: str, document_id: uuid.UUID) -> str:
 async def lock_document(tx: Connection, tenant: str, document_id: uuid.UUID) -> None:
     """Serialize every version and delete of one document (held to the end of the transaction)."""
     await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", document_lock_key(tenant, document_id))
+
+
+async def lock_documents(tx: Connection, documents: Iterable[tuple[str, uuid.UUID]], *, shared: bool = False) -> None:
+    """`lock_document` for each (tenant, document), in one statement and one order (by key: within
+    a tenant, the documents' id order, as `knowledge.lifecycle` takes them); ``shared``: in shared
+    mode. Held to the end of ``tx``."""
+    keys = sorted({document_lock_key(tenant, document_id) for tenant, document_id in documents})
+    if keys:
+        lock = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        await tx.execute(f"SELECT {lock}(hashtextextended(k, 0)) FROM (SELECT k FROM unnest($1::text[]) AS k "
+                         "ORDER BY k) AS ordered", keys)
 
 
 async def supersede(tx: Connection, tenant: str, document_id: uuid.UUID, principal: Principal) -> int:

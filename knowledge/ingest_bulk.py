@@ -1,17 +1,19 @@
 """Bulk ingest: many documents at once, each still all-or-nothing (issue 18, item 3).
 
 `ingest_many` runs the same seven steps as `Ingestor.ingest` for a list of requests, in a
-pipeline of two tasks:
+pipeline:
 
-- the **preparer** admits, reads, extracts, normalizes, chunks and scans one request after another
-  (steps 1-5: pure CPU once the source is read) and hands the prepared documents on in groups of
-  one tenant, at most `GROUP_DOCUMENTS` documents or `GROUP_TOKENS` tokens;
+- two **preparers** admit, read, extract, normalize, chunk and scan the requests, taking them in
+  order (steps 1-5: pure CPU once the source is read, but for PDFs, which the parser pool's two
+  children parse at once), and a **grouper** hands the prepared documents on in groups of
+  one tenant, at most `GROUP_DOCUMENTS` documents or `GROUP_TOKENS` tokens, no document id twice
+  (the same attachment sent twice: the later one finds the first's document);
 - two **writers** (a connection each) commit the groups, each group with ONE statement in one
   transaction (`_BULK_SQL`): source copies, documents, chunk sets, events, outcome counters,
   embedding-queue rows, chunk rows, index rows, postings and term statistics of every document in
   the group.
 
-While the server writes, the preparer prepares the next group: the two cores work at once, and
+While the server writes, the preparers prepare the next group: the two cores work at once, and
 both write once preparing is done.
 
 Whole documents only. A refusal (steps 1-5) is that request's outcome and writes nothing but its
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import uuid
@@ -59,11 +62,14 @@ _log = logging.getLogger(__name__)
 
 #: Sources read ahead in one query (their first MiB each).
 READ_AHEAD = 32
+#: Requests prepared at once: the parser pool's two children parse two PDFs at once.
+PREPARERS = 2
 #: Groups written at once, each on its own connection: once preparing is done, both cores write.
 WRITERS = 2
 #: A group's bounds: one statement writes at most this many documents or tokens.
 GROUP_DOCUMENTS = 64
 GROUP_TOKENS = 60_000
+MIN_GROUP = 8
 
 #: What became of one request: its committed document, or the typed error that refused or failed it.
 Outcome = KnowledgeDocument | KnowledgeError | Exception
@@ -86,9 +92,11 @@ class _GroupRefused(Exception):
     """The bulk statement could not write every document of its group (rolled back)."""
 
 
-async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_done: OnDone | None = None
-                      ) -> list[Outcome]:
-    """Ingest every request (see the module docstring); the outcome of request i is at index i."""
+async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_done: OnDone | None = None, *,
+                      prepare_seconds: float | None = None) -> list[Outcome]:
+    """Ingest every request (see the module docstring); the outcome of request i is at index i.
+    ``prepare_seconds`` bounds steps 1-5 of each request: one that takes longer is that request's
+    `TimeoutError` (a slow or hostile file costs only its own outcome)."""
     outcomes: list[Outcome | None] = [None] * len(requests)
 
     def done(index: int, outcome: Outcome) -> None:
@@ -98,7 +106,7 @@ async def ingest_many(ingestor: Ingestor, requests: Sequence[IngestRequest], on_
 
     send, receive = anyio.create_memory_object_stream[list[_Prepared]](1)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_prepare_all, ingestor, requests, send, done)
+        tg.start_soon(_prepare_all, ingestor, requests, send, done, prepare_seconds)
         with receive:
             for _ in range(WRITERS):
                 tg.start_soon(_writer, ingestor, receive.clone(), done)
@@ -112,29 +120,76 @@ async def _writer(ingestor: Ingestor, receive: ObjectReceiveStream[list[_Prepare
             await _write(ingestor, group, done)
 
 
-async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],
-                       send: ObjectSendStream[list[_Prepared]], done: OnDone) -> None:
-    group: list[_Prepared] = []
-    opened: dict[uuid.UUID, Opened] = {}
-    async with send:
-        for index, request in enumerate(requests):
+class _Cursor:
+    """The next request to prepare, shared by the preparers: each takes one in order, with its
+    source already read (the next `READ_AHEAD` sources of its tenant are read in one query)."""
+
+    def __init__(self, ingestor: Ingestor, requests: Sequence[IngestRequest]) -> None:
+        self._ingestor = ingestor
+        self._requests = requests
+        self._next = 0
+        self._opened: dict[uuid.UUID, Opened] = {}
+        self._lock = anyio.Lock()
+
+    async def take(self) -> tuple[int, IngestRequest, Opened | None] | None:
+        async with self._lock:
+            index = self._next
+            if index >= len(self._requests):
+                return None
+            self._next += 1
+            request = self._requests[index]
             if request.document_id is None and request.replaces is None:  # one id, whatever path it takes
                 request = dataclasses.replace(request, document_id=uuid.uuid4())
-            tenant = request.principal.tenant_id
-            if request.source.artifact_id not in opened:  # the next sources of the tenant, in one query
-                ahead = [r.source.artifact_id for r in requests[index:index + READ_AHEAD]
+            if request.source.artifact_id not in self._opened:
+                ahead = [r.source.artifact_id for r in self._requests[index:index + READ_AHEAD]
                          if r.source.tenant_id == request.source.tenant_id]
                 with contextlib.suppress(Exception):  # a fault here: each request reads its own
-                    opened = await ingestor.artifacts.open_many(request.source.tenant_id, ahead)
+                    self._opened = await self._ingestor.artifacts.open_many(request.source.tenant_id, ahead)
+            return index, request, self._opened.pop(request.source.artifact_id, None)
+
+
+async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],
+                       send: ObjectSendStream[list[_Prepared]], done: OnDone, seconds: float | None) -> None:
+    """`PREPARERS` preparers take the requests in order; the grouper makes their documents groups."""
+    items, received = anyio.create_memory_object_stream[_Prepared](PREPARERS)
+    cursor = _Cursor(ingestor, requests)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_group_all, received, send, group_limit(len(requests)))
+        async with items:
+            for _ in range(PREPARERS):
+                tg.start_soon(_prepare_some, ingestor, cursor, items.clone(), done, seconds)
+
+
+async def _prepare_some(ingestor: Ingestor, cursor: _Cursor, items: ObjectSendStream[_Prepared], done: OnDone,
+                        seconds: float | None) -> None:
+    async with items:
+        while (taken := await cursor.take()) is not None:
+            index, request, opened = taken
             try:
-                source, prepared = await ingestor.counted(tenant, ingestor.prepare_request, request,
-                                                          opened.pop(request.source.artifact_id, None))
+                with anyio.fail_after(seconds):
+                    source, prepared = await ingestor.counted(request.principal.tenant_id, ingestor.prepare_request,
+                                                              request, opened)
             except Exception as exc:  # IngestRefused and failures: typed, counted, this request's outcome
                 done(index, exc)
                 continue
-            item = _Prepared(index, request, source, prepared)
-            if group and (group[0].request.principal.tenant_id != tenant or len(group) >= GROUP_DOCUMENTS
-                          or sum(p.tokens for p in group) + item.tokens > GROUP_TOKENS):
+            await items.send(_Prepared(index, request, source, prepared))
+
+
+def group_limit(requests: int) -> int:
+    """Documents per group: `GROUP_DOCUMENTS`, but a quarter of a short list (at least
+    `MIN_GROUP`), so that its first groups are written while the next are prepared."""
+    return min(GROUP_DOCUMENTS, max(MIN_GROUP, -(-requests // 4)))
+
+
+async def _group_all(received: ObjectReceiveStream[_Prepared], send: ObjectSendStream[list[_Prepared]],
+                     limit: int) -> None:
+    group: list[_Prepared] = []
+    async with received, send:
+        async for item in received:
+            request = item.request
+            if group and (group[0].request.principal.tenant_id != request.principal.tenant_id
+                          or len(group) >= limit or sum(p.tokens for p in group) + item.tokens > GROUP_TOKENS
+                          or any(p.request.document_id == request.document_id for p in group)):
                 await send.send(group)
                 group = []
             group.append(item)
@@ -204,14 +259,19 @@ async def _write_bulk(ingestor: Ingestor, group: list[_Prepared], attempt: _Atte
         chunks[1].extend([prepared.chunker_version] * len(prepared.chunks))
         for target, values in zip(chunks[2:], columns, strict=True):
             target.extend(values)
-    async with ingestor.db.transaction() as tx:
+    # The single path's fault points (`knowledge.ingest.FaultHook`), once per group.
+    async with ingestor.db.transaction(on_commit=functools.partial(ingestor.fault, "commit", None)) as tx:
+        await ingestor.fault("before_write", tx)
         rows = await tx.fetch(_BULK_SQL, tenant, *docs, INGESTED_EVENT, ingestor.embed_version, *chunks)
         by_id = {row["document_id"]: row for row in rows}
         for p in group:
             row = by_id.get(p.request.document_id)
             if row is None or row["artifact_id"] is None or row["ingested_at"] is None:
                 raise _GroupRefused(f"document {p.request.document_id} could not be written in the group")
+        await ingestor.fault("before_commit", tx)
         attempt.commit_sent = True  # leaving the block sends COMMIT
+    with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
+        await ingestor.fault("after_commit", tx)
     return [document_of(p.request, p.request.document_id, 1, ref_from_row(by_id[p.request.document_id]),
                         p.source.media_type, p.prepared.chunker_version, by_id[p.request.document_id]["ingested_at"])
             for p in group if p.request.document_id is not None]

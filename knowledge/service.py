@@ -194,8 +194,7 @@ class KnowledgeService:
                             svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
                         svc.start_background("trace-pruner", svc.run_trace_pruner, settings.sweep_interval_seconds)
                     if settings.attachment_workers:
-                        svc.maintenance = MaintenanceWorker.from_settings(settings, db, svc.artifacts,
-                                                                          svc.ingestor.ingest)
+                        svc.maintenance = MaintenanceWorker.from_settings(settings, db, svc.artifacts, svc.ingestor)
                         svc.start_background("maintenance-worker", svc.maintenance.run)
                     svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:

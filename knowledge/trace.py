@@ -40,7 +40,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from knowledge.budget import IN_TURN_RECALL, KNOWLEDGE, ClassAllocation, RegionAllocation
-from knowledge.ingest import document_lock_key
+from knowledge.ingest import lock_documents
 from knowledge.lifecycle import DeletedChunk
 from knowledge.models import Authority, KnowledgeChunk, RetrievedPassage, Sensitivity
 from knowledge.render import PATH_SEPARATOR, render_knowledge_block
@@ -428,11 +428,7 @@ async def lock_documents_shared(tx: Connection, tenant_id: str, document_ids: Se
     """Take each document's lock (the one its versions and deletion take exclusively) in shared mode,
     to the end of ``tx``, in a fixed order: a deletion then waits for this trace, or this trace sees
     its tombstones. Cancellation while waiting: the wait ends and the caller's transaction rolls back."""
-    keys = sorted({document_lock_key(tenant_id, d) for d in document_ids})
-    if keys:
-        await tx.execute(
-            "SELECT pg_advisory_xact_lock_shared(hashtextextended(k, 0)) FROM unnest($1::text[]) AS k ORDER BY k",
-            keys)
+    await lock_documents(tx, [(tenant_id, d) for d in document_ids], shared=True)
 
 
 def _trace_from(row: Record, passages: Sequence[Record]) -> RecallTrace:

@@ -1,14 +1,17 @@
 """The maintenance worker: attachment workers and the artifact sweeper, each under a supervisor.
 
 - **`AttachmentWorker`** drains the attachment queue (`knowledge.attachments.AttachmentQueue`):
-  it claims the first claimable attachment in upload order, keeps its lease alive while it works,
-  and calls the same ingest as ``knowledge.ingest`` with ``USER`` origin trust (the owner sending
-  the file is the human admission) and the fixed request: the file name as the title, ``principal``
-  visibility, ``principal_supplied`` authority, ``internal`` sensitivity, and the name-based
-  document id (`attachment_document_id`). A refusal is recorded ``refused`` with its reason and
-  never retried; a transient failure (database unavailable, parser killed, a timeout) is retried
-  at most ``max_retries`` times with backoff, then recorded ``failed`` with its last reason; every
-  attempt is kept on the attachment. Nothing of it reaches the conversation.
+  it claims a batch of the first claimable attachments in upload order (``batch``, default 32),
+  keeps their leases alive while it works, and ingests them together through the bulk path
+  (`knowledge.ingest_bulk.ingest_many`: the same seven steps as ``knowledge.ingest``, each file
+  prepared while the previous group is written, each still all-or-nothing) with ``USER`` origin
+  trust (the owner sending the file is the human admission) and the fixed request: the file name as
+  the title, ``principal`` visibility, ``principal_supplied`` authority, ``internal`` sensitivity,
+  and the name-based document id (`attachment_document_id`). Each attachment is settled on its own:
+  a refusal is recorded ``refused`` with its reason and never retried; a transient failure
+  (database unavailable, parser killed, a timeout) is retried at most ``max_retries`` times with
+  backoff, then recorded ``failed`` with its last reason; every attempt is kept on the attachment.
+  Nothing of it reaches the conversation.
 - **`Supervisor`** runs each actor until cancelled and restarts one that crashed after a backoff
   (doubling per consecutive crash, reset by the actor's progress), logging why at ERROR with the
   traceback. Its counters (`ActorStatus`: crashes, consecutive crashes, last error, next restart,
@@ -20,8 +23,9 @@
 Many workers, one result: claims skip each other (``FOR UPDATE SKIP LOCKED``), a lease that is not
 renewed (its worker died) expires and the attachment is taken over, and the same file is the same
 document id, so a takeover after the dead worker had committed finds the document instead of
-making a second. Stopping a worker mid-job (closing the service, cancelling its scope) rolls the
-ingest back and releases the attachment, pending again, this attempt not counted.
+making a second. Stopping a worker mid-batch (closing the service, cancelling its scope) rolls back
+what it had not committed and releases every attachment it had not settled, pending again, this
+attempt not counted (one whose document committed is found by the next claim).
 """
 
 from __future__ import annotations
@@ -46,15 +50,15 @@ from pydantic import BaseModel
 from knowledge.attachments import TRANSIENT_REFUSALS, WRITE_SCOPE, AttachmentQueue, Claim, Outcome, Settled
 from knowledge.config import Settings
 from knowledge.errors import KnowledgeError
-from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.ingest import Ingestor, IngestRefused, IngestRequest
+from knowledge.ingest_bulk import Outcome as BulkOutcome
+from knowledge.ingest_bulk import ingest_many
 from knowledge.models import Authority, KnowledgeDocument, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, QueryCanceled, is_transient
 
 _log = logging.getLogger(__name__)
 
-#: The ingest the worker calls: `Ingestor.ingest`, the same one ``knowledge.ingest`` runs.
-IngestFn = Callable[[IngestRequest], Awaitable[KnowledgeDocument]]
 #: An actor calls its pulse when it has made progress: the supervisor then forgets earlier crashes.
 Pulse = Callable[[], None]
 #: How long releasing a claim may take while the worker stops (shielded).
@@ -91,6 +95,7 @@ class WorkerOptions:
     retry_max_seconds: float = 300.0
     job_timeout_seconds: float = 300.0
     tenant_id: str | None = None  # a worker dedicated to one tenant; None: every tenant
+    batch: int = 32  # attachments claimed at once and ingested together (`knowledge.ingest_bulk`)
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> WorkerOptions:
@@ -101,6 +106,7 @@ class WorkerOptions:
             "retry_base_seconds": settings.attachment_retry_base_seconds,
             "retry_max_seconds": settings.attachment_retry_max_seconds,
             "job_timeout_seconds": settings.attachment_job_timeout_seconds,
+            "batch": settings.attachment_batch,
         }
         values.update(overrides)
         return cls(**values)
@@ -174,10 +180,10 @@ class WorkerStats(BaseModel):
 class AttachmentWorker:
     """One claim loop over the attachment queue; see the module docstring."""
 
-    def __init__(self, queue: AttachmentQueue, ingest: IngestFn, options: WorkerOptions | None = None, *,
+    def __init__(self, queue: AttachmentQueue, ingestor: Ingestor, options: WorkerOptions | None = None, *,
                  worker_id: str | None = None, doorbell: Doorbell | None = None) -> None:
         self.queue = queue
-        self._ingest = ingest
+        self._ingestor = ingestor
         self.options = options or WorkerOptions()
         self.worker_id = worker_id or new_worker_id()
         self.doorbell = doorbell or Doorbell()
@@ -187,8 +193,9 @@ class AttachmentWorker:
         """Work until cancelled: claim in upload order, and when nothing is claimable wait for a
         mark in this process, the next retry or lease expiry, or the poll interval. Calls ``pulse``
         after every successful look at the queue. Database errors outside a job propagate (the
-        supervisor restarts the worker). Cancellation: a job in flight rolls back and its
-        attachment is released, then the cancellation propagates."""
+        supervisor restarts the worker). Cancellation: the batch in flight stops (what it had not
+        committed rolls back) and its unsettled attachments are released, then the cancellation
+        propagates."""
         while True:
             worked = await self.step()
             pulse()
@@ -204,59 +211,66 @@ class AttachmentWorker:
         `run`."""
         done = 0
         while True:
-            if await self.step():
-                done += 1
+            claimed = await self.step()
+            if claimed:
+                done += claimed
                 continue
             due = await self.queue.next_due(self.options.tenant_id)
             if due is None:
                 return done
             await self._idle(due)
 
-    async def step(self) -> bool:
-        """Claim one attachment and see it through; False if nothing was claimable.
-        Cancellation: as `run`."""
-        claim = await self.queue.claim(self.worker_id, self.options.lease_seconds, self.options.tenant_id,
-                                       max_attempts=self.options.max_attempts)
-        if claim is None:
-            return False
-        self.stats.claimed += 1
-        if claim.taken_over_from is not None:
-            self.stats.taken_over += 1
-            _log.warning("attachment %s (tenant %s): lease of worker %s expired; %s takes it over (attempt %d)",
-                         claim.artifact_id, claim.tenant_id, claim.taken_over_from, self.worker_id, claim.attempt)
-        await self._process(claim)
-        return True
+    async def step(self) -> int:
+        """Claim a batch (up to ``batch`` attachments) and see it through; return how many were
+        claimed (0: nothing was claimable). Cancellation: as `run`."""
+        claims = await self.queue.claim(self.worker_id, self.options.lease_seconds, self.options.tenant_id,
+                                        max_attempts=self.options.max_attempts, limit=self.options.batch)
+        for claim in claims:
+            self.stats.claimed += 1
+            if claim.taken_over_from is not None:
+                self.stats.taken_over += 1
+                _log.warning("attachment %s (tenant %s): lease of worker %s expired; %s takes it over (attempt %d)",
+                             claim.artifact_id, claim.tenant_id, claim.taken_over_from, self.worker_id, claim.attempt)
+        if claims:
+            await self._process(claims)
+        return len(claims)
 
     async def _idle(self, due: float | None) -> None:
         wait = self.options.poll_seconds if due is None else min(max(due, 0.0), self.options.poll_seconds)
         await self.doorbell.wait(max(wait, _MIN_IDLE_SECONDS))
 
-    async def _process(self, claim: Claim) -> None:
-        outcome: Outcome | None = None
+    async def _process(self, claims: list[Claim]) -> None:
+        """Attempt the batch, then settle each claim with its outcome; if the attempt stopped because
+        every lease was lost, each is found ``lease_lost`` or ``withdrawn``."""
+        settled: set[uuid.UUID] = set()
         try:
-            if not claim.principal_id:
-                outcome = Outcome("refused", "invalid_request")
-            elif claim.exhausted:  # the last allowed attempt's worker died mid-job
-                outcome = Outcome("failed", "lease_expired")
-            else:
-                outcome = await self._attempt_holding_lease(claim)
-            if outcome is None:  # the lease was lost (taken over, or the conversation was deleted)
-                settled = await self.queue.release(claim)
-            else:
-                settled = await self.queue.settle(claim, outcome, max_attempts=self.options.max_attempts,
-                                                  backoff=self.options.backoff)
+            outcomes = await self._attempt_holding_leases(claims)
+            finished = [c for c in claims if c.artifact_id in outcomes]
+            results = await self.queue.settle(finished, [outcomes[c.artifact_id] for c in finished],
+                                              max_attempts=self.options.max_attempts, backoff=self.options.backoff)
+            settled.update(c.artifact_id for c in finished)
+            for claim, result in zip(finished, results, strict=True):
+                self._count(claim, outcomes[claim.artifact_id], result)
+            for claim in claims:  # the batch stopped because every lease was lost
+                if claim.artifact_id not in settled:
+                    result = await self.queue.release(claim)
+                    settled.add(claim.artifact_id)
+                    self._count(claim, None, result)
         except BaseException:
-            # Stopping (cancellation) or a database failure while settling: give the attachment
-            # back, pending again; if even that fails, its lease expires and another worker takes it.
+            # Stopping (cancellation) or a database failure while settling: give the unsettled claims
+            # back, pending again (a document already committed is found by the next claim); if even
+            # that fails, their leases expire and another worker takes them.
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_SECONDS):
-                try:
-                    if await self.queue.release(claim) == "released":
-                        self.stats.released += 1
-                except Exception:
-                    _log.warning("attachment %s: could not release the claim; its lease will expire",
-                                 claim.artifact_id, exc_info=True)
+                for claim in claims:
+                    if claim.artifact_id in settled:
+                        continue
+                    try:
+                        if await self.queue.release(claim) == "released":
+                            self.stats.released += 1
+                    except Exception:
+                        _log.warning("attachment %s: could not release the claim; its lease will expire",
+                                     claim.artifact_id, exc_info=True)
             raise
-        self._count(claim, outcome, settled)
 
     def _count(self, claim: Claim, outcome: Outcome | None, settled: Settled) -> None:
         where = f"attachment {claim.artifact_id} ({claim.source.file_name!r}, tenant {claim.tenant_id})"
@@ -282,62 +296,97 @@ class AttachmentWorker:
         elif settled == "released":
             self.stats.released += 1
 
-    async def _attempt_holding_lease(self, claim: Claim) -> Outcome | None:
-        """One attempt while a sibling task renews the lease; None if the lease is lost meanwhile
-        (the attempt is then cancelled: its ingest rolls back)."""
-        outcome: Outcome | None = None
+    async def _attempt_holding_leases(self, claims: list[Claim]) -> dict[uuid.UUID, Outcome]:
+        """One attempt of the batch while a sibling task renews its leases; the outcome of every
+        claim it reached. Once every lease is lost, the attempt is cancelled (what it had not
+        committed rolls back); a claim whose lease alone is lost is still attempted (its document
+        id is the same whoever ingests it, and settling it finds it is no longer this worker's)."""
+        outcomes: dict[uuid.UUID, Outcome] = {}
         async with anyio.create_task_group() as tg:
 
             async def attempt() -> None:
-                nonlocal outcome
-                outcome = await self._attempt(claim)
+                await self._attempt(claims, outcomes)
                 tg.cancel_scope.cancel()
 
-            async def keep_lease() -> None:
-                if not await self._keep_lease(claim):
+            async def keep_leases() -> None:
+                if not await self._keep_leases(claims):
                     tg.cancel_scope.cancel()
 
-            tg.start_soon(keep_lease)
+            tg.start_soon(keep_leases)
             tg.start_soon(attempt)
-        return outcome
+        return outcomes
 
-    async def _keep_lease(self, claim: Claim) -> bool:
-        """Renew the lease every third of its length until cancelled; False once it is lost."""
+    async def _keep_leases(self, claims: list[Claim]) -> bool:
+        """Renew the leases every third of their length until cancelled; False once all are lost."""
+        held = {c.artifact_id for c in claims}
         while True:
             await anyio.sleep(self.options.lease_seconds / 3)
             try:
-                if not await self.queue.renew(claim, self.options.lease_seconds):
-                    return False
+                held &= await self.queue.renew([c for c in claims if c.artifact_id in held],
+                                               self.options.lease_seconds)
             except Exception:
-                _log.warning("attachment %s: could not renew the lease; retrying", claim.artifact_id, exc_info=True)
+                _log.warning("%s: could not renew its leases; retrying", self.worker_id, exc_info=True)
+                continue
+            if not held:
+                return False
 
-    async def _attempt(self, claim: Claim) -> Outcome:
-        """Ingest the claimed attachment once; classify how that ended. Never raises but for
-        cancellation."""
-        if claim.document_exists:
-            return Outcome("ingested")  # the same file, sent before (settling checks it is still there)
-        try:
-            with anyio.fail_after(self.options.job_timeout_seconds):
-                await self._ingest(IngestRequest(
-                    source=claim.source, title=claim.title, visibility=Visibility.PRINCIPAL,
-                    principal=Principal(tenant_id=claim.tenant_id, principal_id=claim.principal_id,
-                                        scopes=frozenset({WRITE_SCOPE})),
-                    origin_trust=TrustLevel.USER, authority=Authority.PRINCIPAL_SUPPLIED,
-                    sensitivity=Sensitivity.INTERNAL, document_id=claim.document_id,
-                ))
+    async def _attempt(self, claims: list[Claim], outcomes: dict[uuid.UUID, Outcome]) -> None:
+        """Ingest the claimed attachments once, in one `ingest_many` (the bulk path), recording how
+        each ended in ``outcomes`` as soon as it does; never raises but for cancellation. Each
+        attachment's steps 1-5 are bounded by ``job_timeout_seconds`` (passing it is that attachment's
+        transient ``timeout``), and the whole batch by that times its size plus one: the claims it has
+        not finished by then are each a transient ``timeout`` too."""
+        runnable: list[Claim] = []
+        for claim in claims:
+            if not claim.principal_id:
+                outcomes[claim.artifact_id] = Outcome("refused", "invalid_request")
+            elif claim.exhausted:  # the last allowed attempt's worker died mid-job
+                outcomes[claim.artifact_id] = Outcome("failed", "lease_expired")
+            elif claim.document_exists:  # the same file, sent before (settling checks it is still there)
+                outcomes[claim.artifact_id] = Outcome("ingested")
+            else:
+                runnable.append(claim)
+        if not runnable:
+            return
+        requests = [IngestRequest(
+            source=claim.source, title=claim.title, visibility=Visibility.PRINCIPAL,
+            principal=Principal(tenant_id=claim.tenant_id, principal_id=claim.principal_id,
+                                scopes=frozenset({WRITE_SCOPE})),
+            origin_trust=TrustLevel.USER, authority=Authority.PRINCIPAL_SUPPLIED,
+            sensitivity=Sensitivity.INTERNAL, document_id=claim.document_id,
+        ) for claim in runnable]
+
+        def done(index: int, result: BulkOutcome) -> None:
+            outcomes[runnable[index].artifact_id] = classify(runnable[index], result)
+
+        seconds = self.options.job_timeout_seconds
+        # Preparing is sequential and each one bounded: only writes that hang reach the batch's bound.
+        with anyio.move_on_after(seconds * (len(runnable) + 1)) as batch:
+            await ingest_many(self._ingestor, requests, done, prepare_seconds=seconds)
+        if batch.cancelled_caught:
+            unfinished = [c for c in runnable if c.artifact_id not in outcomes]
+            _log.warning("%s: a batch of %d attachments ran out of time; %d unfinished", self.worker_id,
+                         len(runnable), len(unfinished))
+            outcomes.update((c.artifact_id, Outcome("retry", "timeout")) for c in unfinished)
+
+
+def classify(claim: Claim, result: BulkOutcome) -> Outcome:
+    """How one attachment's ingest ended: its document (or the same file's, ingested by another
+    worker meanwhile) is ``ingested``; a transient failure is ``retry``; any other refusal is
+    ``refused``; anything else ``failed`` (logged with its traceback)."""
+    if isinstance(result, KnowledgeDocument):
+        return Outcome("ingested")
+    if isinstance(result, IngestRefused):
+        if result.reason == "document_exists":
             return Outcome("ingested")
-        except IngestRefused as refusal:
-            if refusal.reason == "document_exists":  # the same file, ingested by another worker meanwhile
-                return Outcome("ingested")
-            if refusal.reason in TRANSIENT_REFUSALS:
-                return Outcome("retry", refusal.reason)
-            return Outcome("refused", refusal.reason)
-        except Exception as exc:
-            transient = transient_reason(exc)
-            if transient is not None:
-                return Outcome("retry", transient)
-            _log.exception("attachment %s: ingest failed unexpectedly", claim.artifact_id)
-            return Outcome("failed", exc.reason if isinstance(exc, KnowledgeError) else f"error:{type(exc).__name__}")
+        if result.reason in TRANSIENT_REFUSALS:
+            return Outcome("retry", result.reason)
+        return Outcome("refused", result.reason)
+    transient = transient_reason(result)
+    if transient is not None:
+        return Outcome("retry", transient)
+    _log.error("attachment %s: ingest failed unexpectedly", claim.artifact_id, exc_info=result)
+    return Outcome("failed", result.reason if isinstance(result, KnowledgeError) else f"error:{type(result).__name__}")
 
 
 # --- Supervision ------------------------------------------------------------------------------------------
@@ -433,7 +482,7 @@ class MaintenanceStatus(BaseModel):
 class MaintenanceWorker:
     """N attachment workers and the artifact sweeper, each supervised; see the module docstring."""
 
-    def __init__(self, db: Database, artifacts: ArtifactStore, ingest: IngestFn, options: WorkerOptions | None = None,
+    def __init__(self, db: Database, artifacts: ArtifactStore, ingestor: Ingestor, options: WorkerOptions | None = None,
                  *, workers: int = 1, sweep_interval_seconds: float | None = None,
                  supervisor: Supervisor | None = None) -> None:
         self.queue = AttachmentQueue(db)
@@ -441,7 +490,7 @@ class MaintenanceWorker:
         self.options = options or WorkerOptions()
         self.process = process_id()
         self.doorbell = Doorbell()
-        self.workers = [AttachmentWorker(self.queue, ingest, self.options, worker_id=new_worker_id(i, self.process),
+        self.workers = [AttachmentWorker(self.queue, ingestor, self.options, worker_id=new_worker_id(i, self.process),
                                          doorbell=self.doorbell) for i in range(workers)]
         self.sweep_interval_seconds = sweep_interval_seconds
         self.supervisor = supervisor or Supervisor()
@@ -449,8 +498,8 @@ class MaintenanceWorker:
 
     @classmethod
     def from_settings(cls, settings: Settings, db: Database, artifacts: ArtifactStore,
-                      ingest: IngestFn) -> MaintenanceWorker:
-        return cls(db, artifacts, ingest, WorkerOptions.from_settings(settings, tenant_id=settings.attachment_tenant),
+                      ingestor: Ingestor) -> MaintenanceWorker:
+        return cls(db, artifacts, ingestor, WorkerOptions.from_settings(settings, tenant_id=settings.attachment_tenant),
                    workers=settings.attachment_workers, sweep_interval_seconds=settings.sweep_interval_seconds,
                    supervisor=Supervisor(settings.worker_restart_base_seconds, settings.worker_restart_max_seconds))
 

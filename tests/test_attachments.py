@@ -158,6 +158,7 @@ async def test_upload_order_and_the_fixed_request(service: KnowledgeService, ten
 
 
 async def test_the_same_file_sent_twice_is_one_document(service: KnowledgeService, tenant: str) -> None:
+    """One worker claims both in one batch: one document, one source copy, one event."""
     data = markdown("Runbook")
     first = await upload(service, tenant, data, "runbook.md")
     second = await upload(service, tenant, data, "runbook (copy).md")
@@ -167,8 +168,8 @@ async def test_the_same_file_sent_twice_is_one_document(service: KnowledgeServic
     a, b = await status(service, tenant, first), await status(service, tenant, second)
     assert a.state is b.state is AttachmentState.INGESTED
     assert a.document_id == b.document_id is not None
-    assert (await footprint(service.db, tenant))["documents"] == 1
-    assert (await footprint(service.db, tenant))["ingested_events"] == 1
+    written = await footprint(service.db, tenant)
+    assert (written["documents"], written["ingested_events"], written["sources"]) == (1, 1, 1)
 
 
 async def test_the_same_file_sent_twice_at_once_is_one_document(service: KnowledgeService, tenant: str) -> None:
@@ -180,7 +181,7 @@ async def test_the_same_file_sent_twice_at_once_is_one_document(service: Knowled
     gate = Gate("before_commit", hold=1)
     service.ingestor.fault_hook = gate
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
-    workers = [worker(service, tenant), worker(service, tenant)]
+    workers = [worker(service, tenant, batch=1), worker(service, tenant, batch=1)]
 
     async def second_waits_on_the_key() -> bool:
         return bool(await service.db.fetchval(

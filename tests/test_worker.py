@@ -4,6 +4,7 @@ supervisor's restarts and visible crash loops, the sweeper, and the worker as a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -25,7 +26,20 @@ from knowledge.models import AttachmentState
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection, Database, open_bridge
 from knowledge.worker import AttachmentWorker, WorkerOptions
-from tests.helpers.attachments import FAST, Gate, footprint, markdown, owner, status, upload, wait_for, worker
+from parsers.base import Extractor, ExtractorRegistry
+from parsers.text import MarkdownExtractor, PlainTextExtractor
+from tests.helpers.attachments import (
+    FAST,
+    Gate,
+    footprint,
+    markdown,
+    owner,
+    secret_text,
+    status,
+    upload,
+    wait_for,
+    worker,
+)
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,28 +55,29 @@ def with_workers(settings: Settings, tenant: str, **extra: Any) -> Settings:
 # --- Many workers, one result ------------------------------------------------------------------------------------
 
 
-async def test_two_workers_over_200_attachments_one_cancelled_mid_job(service: KnowledgeService,
-                                                                      tenant: str) -> None:
-    """Each of 200 attachments is ingested exactly once by two workers; the first worker is cancelled
-    mid-job (its tenth ingest held inside its transaction) and the second finishes that attachment."""
+async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service: KnowledgeService,
+                                                                        tenant: str) -> None:
+    """Each of 200 attachments is ingested exactly once by two workers claiming batches of 8; the
+    first worker is cancelled mid-batch (its third group's statement held inside its transaction):
+    its batch rolls back whole, every claim of it is released, and the second worker ingests them."""
     refs = [await upload(service, tenant, markdown(f"Procedure {i}", f"Step {i}: restart shard {i} and verify it."),
                          f"procedure-{i:03d}.md") for i in range(200)]
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
     gate = Gate("before_commit", hold=1)
     commits = 0
 
-    async def hold_the_tenth(step: str, conn: Connection) -> None:
+    async def hold_the_third(step: str, conn: Connection) -> None:
         nonlocal commits
         if step == "before_commit":
             commits += 1
-            if commits == 10:
+            if commits == 3:
                 await gate(step, conn)
 
     # The first worker has an ingestor of its own (the same ingest), so that only its ingests are held.
-    first_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=hold_the_tenth)
-    first = AttachmentWorker(AttachmentQueue(service.db), first_ingestor.ingest,
-                             WorkerOptions(**{**FAST, "tenant_id": tenant}), worker_id="first")
-    second = worker(service, tenant, "second")
+    first_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=hold_the_third)
+    first = AttachmentWorker(AttachmentQueue(service.db), first_ingestor,
+                             WorkerOptions(**{**FAST, "tenant_id": tenant, "batch": 8}), worker_id="first")
+    second = worker(service, tenant, "second", batch=8)
 
     async with anyio.create_task_group() as tg:
         with anyio.CancelScope() as first_scope:
@@ -73,21 +88,144 @@ async def test_two_workers_over_200_attachments_one_cancelled_mid_job(service: K
                     await gate.reached.wait()
                 held = [r for r in refs if (await status(service, tenant, r)).lease_owner == "first"]
                 first_scope.cancel()
-    assert len(held) == 1
-    assert first.stats.released == 1 and first.stats.ingested >= 9 and second.stats.ingested > 0
-    assert first.stats.ingested + second.stats.ingested == 200
+    assert len(held) == 8 and first.stats.released == 8
+    assert first.stats.claimed == 24 and first.stats.ingested == 16 and second.stats.ingested == 184
 
     states = [await status(service, tenant, r) for r in refs]
     assert {s.state for s in states} == {AttachmentState.INGESTED}
     assert {s.attempts for s in states} == {1}  # a released attempt is not counted
-    handed_over = await status(service, tenant, held[0])
-    assert [(h["outcome"], h["worker"]) for h in handed_over.history] == [("released", "first"),
-                                                                          ("ingested", "second")]
+    for ref in held:
+        handed_over = await status(service, tenant, ref)
+        assert [(h["outcome"], h["worker"]) for h in handed_over.history] == [("released", "first"),
+                                                                              ("ingested", "second")]
     assert len({s.document_id for s in states}) == 200
     written = await footprint(service.db, tenant)
     assert (written["documents"], written["ingested_events"], written["sources"]) == (200, 200, 200)
     stats = await service.ingest_stats(tenant)
     assert stats.accepted == 200 and stats.refused == {} and stats.failed == {}
+
+
+# --- Batches: the bulk path, settled one attachment at a time ---------------------------------------------------
+
+
+async def test_a_backlog_with_refusals_settles_each_attachment_once(service: KnowledgeService, tenant: str) -> None:
+    """30 attachments claimed as one batch and ingested through the bulk path: a secret-bearing file,
+    an undecodable one, a blank one and a second copy of a file among them. Each is settled exactly
+    once, with its own outcome; the refused ones leave nothing; the copy is the first one's document."""
+    names = [f"runbook-{i:02d}.md" for i in range(26)]
+    data = {name: markdown(f"Runbook {i}", f"Step {i}: fail over region {i}, then page the lead.")
+            for i, name in enumerate(names)}
+    data |= {"secret.md": secret_text().encode(), "latin1.md": "Caf\xe9 r\xe9seau".encode("latin-1"),
+             "blank.md": b"  \n\n\t\n", "runbook-00 (copy).md": data["runbook-00.md"]}
+    order = [*names[:10], "secret.md", "latin1.md", *names[10:20], "blank.md", "runbook-00 (copy).md", *names[20:]]
+    refs = {name: await upload(service, tenant, data[name], name) for name in order}
+    await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs.values()], conversation_id="c1")
+    w = worker(service, tenant)
+    assert await w.drain() == 30 and w.stats.claimed == 30
+    seen = {name: await status(service, tenant, ref) for name, ref in refs.items()}
+    assert {name: (s.state, s.reason) for name, s in seen.items() if s.state is not AttachmentState.INGESTED} == {
+        "secret.md": (AttachmentState.REFUSED, "secret_detected"),
+        "latin1.md": (AttachmentState.REFUSED, "undecodable"),
+        "blank.md": (AttachmentState.REFUSED, "no_text")}
+    assert all(len(s.history) == 1 and s.attempts == 1 for s in seen.values())  # settled once, never retried
+    assert seen["runbook-00 (copy).md"].document_id == seen["runbook-00.md"].document_id
+    assert (w.stats.ingested, w.stats.refused, w.stats.retried, w.stats.failed) == (27, 3, 0, 0)
+    written = await footprint(service.db, tenant)
+    assert (written["documents"], written["sources"], written["ingested_events"]) == (26, 26, 26)
+    stats = await service.ingest_stats(tenant)
+    assert stats.accepted == 26 and stats.failed == {}
+    assert stats.refused == {"secret_detected": 1, "undecodable": 1, "no_text": 1, "document_exists": 1}
+
+
+async def test_a_batch_whose_leases_are_all_lost_stops_and_leaves_nothing(service: KnowledgeService,
+                                                                          tenant: str) -> None:
+    """The conversation of a whole batch is deleted while its group's statement is held: the next
+    renewal finds every lease lost, the batch is cancelled (its transaction rolls back) and each
+    attachment is recorded withdrawn. The gate is never opened: only the lost leases end the batch."""
+    refs = [await upload(service, tenant, markdown(f"Drill {i}"), f"drill-{i}.md") for i in range(4)]
+    await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
+    gate = Gate("before_commit", hold=1)
+    service.ingestor.fault_hook = gate
+    w = worker(service, tenant, lease_seconds=0.3)
+    with anyio.fail_after(60):  # a hang detector: the gate holds the batch until something cancels it
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.drain)
+            await gate.reached.wait()
+            assert (await service.delete_conversation(tenant, "c1")).attachments == 4
+    assert (w.stats.claimed, w.stats.withdrawn, w.stats.ingested) == (4, 4, 0)
+    assert not gate.opened.is_set()
+    assert await footprint(service.db, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
+                                                   "sources": 0, "ingested_events": 0}
+
+
+async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: KnowledgeService, tenant: str) -> None:
+    """One attachment of a batch loses its lease (its conversation is deleted) while the group's
+    statement is held: the renewals go on for the others, the batch commits, the others are
+    ingested, and that one is recorded withdrawn with its document deleted."""
+    kept = [await upload(service, tenant, markdown(f"Audit {i}"), f"audit-{i}.md") for i in range(3)]
+    lost = await upload(service, tenant, markdown("Payroll"), "payroll.md")
+    await service.mark_attachments(owner(tenant), [r.artifact_id for r in kept], conversation_id="c1")
+    await service.mark_attachments(owner(tenant), [lost.artifact_id], conversation_id="c2")
+    gate = Gate("before_commit", hold=1)
+    service.ingestor.fault_hook = gate
+    w = worker(service, tenant, lease_seconds=0.3)
+
+    async def renewed_since(moment: datetime) -> bool:
+        return bool(await service.db.fetchval(
+            "SELECT bool_and(lease_expires_at > $2) FROM artifacts WHERE tenant_id = $1 AND conversation_id = 'c1'",
+            tenant, moment + timedelta(seconds=0.3)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(w.drain)
+        with anyio.fail_after(30):
+            await gate.reached.wait()
+        assert (await service.delete_conversation(tenant, "c2")).attachments == 1
+        await wait_for(functools.partial(renewed_since, datetime.now(UTC)))  # a renewal after the loss
+        gate.opened.set()
+    assert (w.stats.ingested, w.stats.withdrawn) == (3, 1)
+    assert [(await status(service, tenant, r)).state for r in kept] == [AttachmentState.INGESTED] * 3
+    payroll = attachment_document_id(tenant, "owner", lost.sha256)
+    assert not await service.db.fetchval(
+        "SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2", tenant, payroll)
+    assert (await footprint(service.db, tenant))["documents"] == 3
+
+
+class _Hangs:
+    """A Markdown extractor that never returns for a file whose text starts with ``# Hang``."""
+
+    structure = "markdown"
+
+    def __init__(self, inner: Extractor) -> None:
+        self.inner = inner
+
+    def media_types(self) -> set[str]:
+        return self.inner.media_types()
+
+    async def extract(self, source: AsyncIterator[bytes], media_type: str) -> str:
+        text = await self.inner.extract(source, media_type)
+        if text.startswith("# Hang"):
+            await anyio.sleep_forever()
+        return text
+
+
+async def test_an_attachment_that_hangs_times_out_alone_in_its_batch(service: KnowledgeService,
+                                                                    tenant: str) -> None:
+    """Each attachment's preparation is bounded on its own: the one that hangs is a transient
+    ``timeout`` (retried, then failed); the others of its batch are ingested on the first attempt."""
+    registry = ExtractorRegistry([PlainTextExtractor(), _Hangs(MarkdownExtractor())])
+    ingestor = Ingestor(service.db, service.artifacts, registry)
+    names = ["a.md", "hang.md", "b.md", "c.md"]
+    refs = [await upload(service, tenant, markdown("Hang" if name == "hang.md" else f"Guide {name}"), name)
+            for name in names]
+    await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
+    w = AttachmentWorker(AttachmentQueue(service.db), ingestor,
+                         WorkerOptions(**{**FAST, "tenant_id": tenant, "job_timeout_seconds": 0.5, "max_retries": 1}))
+    assert await w.drain() == 5  # four claims, then the retry of the one that hung
+    seen = [await status(service, tenant, r) for r in refs]
+    assert [(s.state, s.attempts) for s in seen] == [(AttachmentState.INGESTED, 1), (AttachmentState.FAILED, 2),
+                                                     (AttachmentState.INGESTED, 1), (AttachmentState.INGESTED, 1)]
+    assert [(h["outcome"], h["reason"]) for h in seen[1].history] == [("retry", "timeout"), ("failed", "timeout")]
+    assert (await footprint(service.db, tenant))["documents"] == 3
 
 
 # --- A worker process: SIGKILL mid-job (lease expiry), SIGTERM mid-job (clean stop) ------------------------------
@@ -292,8 +430,8 @@ async def test_closing_the_service_mid_job_releases_the_attachment(settings: Set
 class _Stalled(AttachmentQueue):
     """A worker that stalls: it never gets to renew its lease (and believes it did)."""
 
-    async def renew(self, claim: Any, lease_seconds: float) -> bool:
-        return True
+    async def renew(self, claims: Any, lease_seconds: float) -> set[uuid.UUID]:
+        return {c.artifact_id for c in claims}
 
 
 async def test_a_stalled_worker_loses_its_lease_and_makes_no_second_document(service: KnowledgeService,
@@ -305,7 +443,7 @@ async def test_a_stalled_worker_loses_its_lease_and_makes_no_second_document(ser
     gate = Gate("before_commit", hold=1)
     stalled_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=gate)
     options = WorkerOptions(**{**FAST, "tenant_id": tenant, "lease_seconds": 0.3})
-    stalled = AttachmentWorker(_Stalled(service.db), stalled_ingestor.ingest, options, worker_id="stalled")
+    stalled = AttachmentWorker(_Stalled(service.db), stalled_ingestor, options, worker_id="stalled")
     second = worker(service, tenant, "second")
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     async with anyio.create_task_group() as tg:

@@ -43,7 +43,7 @@ async def upload(svc: KnowledgeService, tenant: str, data: bytes, name: str,
 
 def worker(svc: KnowledgeService, tenant: str, worker_id: str | None = None, **options: Any) -> AttachmentWorker:
     """An attachment worker over the service's database and ingest, dedicated to ``tenant``."""
-    return AttachmentWorker(AttachmentQueue(svc.db), svc.ingestor.ingest,
+    return AttachmentWorker(AttachmentQueue(svc.db), svc.ingestor,
                             WorkerOptions(**{**FAST, "tenant_id": tenant, **options}),
                             worker_id=worker_id or f"test-{uuid.uuid4().hex[:6]}")
 
