@@ -3,9 +3,10 @@
 `ingest_many` runs the same seven steps as `Ingestor.ingest` for a list of requests, in a
 pipeline:
 
-- two **preparers** admit, read, extract, normalize, chunk and scan the requests, taking them in
-  order (steps 1-5: pure CPU once the source is read, but for PDFs, which the parser pool's two
-  children parse at once), and a **grouper** hands the prepared documents on in groups of
+- one **preparer** admits, reads, extracts, normalizes, chunks and scans the requests in order
+  (steps 1-5: pure CPU once the source is read) — two when PDFs are among them, which the parser
+  pool's two children parse at once (`preparers_for`) — and a **grouper** hands the prepared
+  documents on in groups of
   one tenant, at most `GROUP_DOCUMENTS` documents or `GROUP_TOKENS` tokens, no document id twice
   (the same attachment sent twice: the later one finds the first's document);
 - two **writers** (a connection each) commit the groups, each group with ONE statement in one
@@ -13,7 +14,7 @@ pipeline:
   embedding-queue rows, chunk rows, index rows, postings and term statistics of every document in
   the group.
 
-While the server writes, the preparers prepare the next group: the two cores work at once, and
+While the server writes, the preparer prepares the next group: the two cores work at once, and
 both write once preparing is done.
 
 Whole documents only. A refusal (steps 1-5) is that request's outcome and writes nothing but its
@@ -62,8 +63,6 @@ _log = logging.getLogger(__name__)
 
 #: Sources read ahead in one query (their first MiB each).
 READ_AHEAD = 32
-#: Requests prepared at once: the parser pool's two children parse two PDFs at once.
-PREPARERS = 2
 #: Groups written at once, each on its own connection: once preparing is done, both cores write.
 WRITERS = 2
 #: A group's bounds: one statement writes at most this many documents or tokens.
@@ -150,13 +149,14 @@ class _Cursor:
 
 async def _prepare_all(ingestor: Ingestor, requests: Sequence[IngestRequest],
                        send: ObjectSendStream[list[_Prepared]], done: OnDone, seconds: float | None) -> None:
-    """`PREPARERS` preparers take the requests in order; the grouper makes their documents groups."""
-    items, received = anyio.create_memory_object_stream[_Prepared](PREPARERS)
+    """Preparers take the requests in order; the grouper makes their documents groups."""
+    preparers = preparers_for(ingestor, requests)
+    items, received = anyio.create_memory_object_stream[_Prepared](preparers)
     cursor = _Cursor(ingestor, requests)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_group_all, received, send, group_limit(len(requests)))
         async with items:
-            for _ in range(PREPARERS):
+            for _ in range(preparers):
                 tg.start_soon(_prepare_some, ingestor, cursor, items.clone(), done, seconds)
 
 
@@ -173,6 +173,17 @@ async def _prepare_some(ingestor: Ingestor, cursor: _Cursor, items: ObjectSendSt
                 done(index, exc)
                 continue
             await items.send(_Prepared(index, request, source, prepared))
+
+
+def preparers_for(ingestor: Ingestor, requests: Sequence[IngestRequest]) -> int:
+    """How many requests to prepare at once: one where preparing is pure CPU in this process (a
+    second would only delay the first group), the extractors' own concurrency where some parse
+    in child processes (two PDFs parse at once in the parser pool's two children)."""
+    concurrency = 1
+    for media_type in {r.source.media_type for r in requests}:
+        with contextlib.suppress(KnowledgeError):  # unsupported: refused by its own preparation
+            concurrency = max(concurrency, ingestor.registry.for_media_type(media_type).concurrency)
+    return concurrency
 
 
 def group_limit(requests: int) -> int:

@@ -26,6 +26,9 @@ class ExtractionRefused(KnowledgeError):
 class Extractor(Protocol):
     #: The structure of the text this extractor returns.
     structure: Structure
+    #: How many extractions of it may usefully run at once: 1 for one that works in this process
+    #: (pure CPU), more for one that parses in child processes (the parser pool's children).
+    concurrency: int
 
     def media_types(self) -> set[str]: ...
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import anyio
 
 from parsers.base import ExtractionRefused, Structure
-from supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, ParserPool
+from supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, SLOTS_PER_LOOP, ParserPool
 
 
 async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> bytes:
@@ -37,6 +37,7 @@ SPLIT_PAGES = 64
 
 class PdfExtractor:
     structure: Structure = "markdown"
+    concurrency: int = SLOTS_PER_LOOP  # the parser pool's children on this loop
 
     def __init__(self, pool: ParserPool, deadline: float = EXTRACT_SECONDS) -> None:
         self.pool = pool

@@ -37,6 +37,7 @@ async def decode_utf8(source: AsyncIterator[bytes], limit: int = MAX_TEXT_BYTES)
 
 class PlainTextExtractor:
     structure: Structure = "plain"
+    concurrency: int = 1
 
     def media_types(self) -> set[str]:
         return {"text/plain"}
@@ -47,6 +48,7 @@ class PlainTextExtractor:
 
 class MarkdownExtractor:
     structure: Structure = "markdown"
+    concurrency: int = 1
 
     def media_types(self) -> set[str]:
         return {"text/markdown", "text/x-markdown"}

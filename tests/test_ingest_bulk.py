@@ -11,13 +11,15 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from knowledge import ingest_bulk
 from knowledge.audit import audit_storage
-from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.ingest import Ingestor, IngestRefused, IngestRequest
 from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
+from parsers.base import ExtractorRegistry
 from tests.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
 
 pytestmark = pytest.mark.anyio
@@ -138,3 +140,44 @@ async def test_cancellation_mid_batch_leaves_only_whole_documents(service: Knowl
     assert stored == committed
     await whole_documents(service, tenant)
     assert nothing_but_inputs(await footprint(service, f"{tenant}-none"))
+
+
+class _Counting:
+    """An extractor that records how many of its extractions run at once; with ``concurrency`` 2 it
+    holds each until two are in (so one preparer at a time would hang: the caller's bound fails)."""
+
+    structure = "plain"
+
+    def __init__(self, media_type: str, concurrency: int) -> None:
+        self.media_type, self.concurrency = media_type, concurrency
+        self.inside = self.most = 0
+        self.both_in = anyio.Event()
+
+    def media_types(self) -> set[str]:
+        return {self.media_type}
+
+    async def extract(self, source: Any, media_type: str) -> str:
+        chunks = [chunk async for chunk in source]
+        self.inside += 1
+        self.most = max(self.most, self.inside)
+        if self.inside == 2:
+            self.both_in.set()
+        if self.concurrency > 1:
+            await self.both_in.wait()
+        await anyio.lowlevel.checkpoint()
+        self.inside -= 1
+        return b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_requests_are_prepared_as_many_at_once_as_their_extractors_allow(
+        service: KnowledgeService, tenant: str, concurrency: int) -> None:
+    """In-process extraction (concurrency 1) runs one at a time; an extractor that parses in child
+    processes (concurrency 2, as PDFs do) gets two preparations at once."""
+    extractor = _Counting("application/x-counted", concurrency)
+    ingestor = Ingestor(service.db, service.artifacts, ExtractorRegistry([extractor]))
+    refs = [await put(service, tenant, text(n).encode(), "application/x-counted") for n in range(6)]
+    with anyio.fail_after(60):  # a hang detector: concurrency 2 waits for a second preparation
+        outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"G{i}") for i, r in enumerate(refs)])
+    assert all(isinstance(o, KnowledgeDocument) for o in outcomes)
+    assert extractor.most == concurrency
