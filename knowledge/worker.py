@@ -570,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenant", help="only this tenant's attachments")
     parser.add_argument("--lease-seconds", type=float)
     parser.add_argument("--poll-seconds", type=float)
+    parser.add_argument("--batch", type=int, help="attachments a worker claims and ingests at once (default 32)")
     parser.add_argument("--retry-base-seconds", type=float)
     parser.add_argument("--sweep-interval-seconds", type=float)
     parser.add_argument("--dsn", help="PostgreSQL DSN (default $KNOWLEDGE_DSN, else the embedded server)")
@@ -584,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         "attachment_tenant": args.tenant,
         "attachment_lease_seconds": args.lease_seconds,
         "attachment_poll_seconds": args.poll_seconds,
+        "attachment_batch": args.batch,
         "attachment_retry_base_seconds": args.retry_base_seconds,
         "sweep_interval_seconds": args.sweep_interval_seconds,
     }

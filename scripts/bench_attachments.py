@@ -152,7 +152,7 @@ async def run(args: argparse.Namespace) -> list[list[Row]]:
                ("pdf (text)", pdf_files(args.large), args.pdf_repeat)]
     with throwaway_data_dir("knowledge-bench-", dsn=args.dsn) as data_dir:
         settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=False,
-                            pool_max_size=max(4, max(args.workers) + 2))
+                            pool_max_size=max(4, 2 * max(args.workers) + 2))
         async with KnowledgeService.open(settings) as svc:
             for corpus, paths, repeat in corpora:
                 await direct(svc, corpus, paths[:3], 1)  # warm-up: connections, spares, caches

