@@ -1,0 +1,97 @@
+"""`knowledge.search` on the weakly labelled docs training set (`build_docs_train.py`): each
+section's heading asked of the corpus with that fold's headings hidden.
+
+    .venv/bin/python scripts/eval_docs_train.py [--semantic] [--folds 0 1 2 3 4] [--loop trio|asyncio]
+
+For each fold: the docs corpora are ingested into a tenant of their own with the fold's question
+headings replaced by ``Section`` (`hide_headings`), and every question of the fold is asked
+through `KnowledgeService.search` at its defaults (3 passages / 3000 tokens) and with 10 passages.
+Prints hit@1, R@3 and R@10 (an answering passage — one containing the answer quote — at rank 1,
+in the top 3, in the top 10), empty results, and the rank-1 score of hits and misses (what a
+relevance floor would have to separate), per fold, per corpus and overall. A baseline to fit and
+check second stages against without touching docs-dev; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from build_docs_train import build, hide_headings
+from retrieval_data import answers, docs_sources, ingest_sources, print_run
+
+from knowledge.config import Settings
+from knowledge.models import KnowledgeQuery
+from knowledge.service import KnowledgeService
+from supervisors.embedded_pg import throwaway_data_dir
+
+
+@dataclass
+class Tally:
+    n: int = 0
+    hit1: int = 0
+    r3: int = 0
+    r10: int = 0
+    empty: int = 0
+    top_hit: list[float] = field(default_factory=list)  # rank-1 score when rank 1 answers
+    top_miss: list[float] = field(default_factory=list)  # rank-1 score when it does not
+
+    def add(self, question: dict[str, Any], default: list[Any], ten: list[Any]) -> None:
+        self.n += 1
+        self.hit1 += bool(default) and answers(question, default[0].text)
+        self.r3 += any(answers(question, p.text) for p in default[:3])
+        self.r10 += any(answers(question, p.text) for p in ten[:10])
+        self.empty += not default
+        if default:
+            (self.top_hit if answers(question, default[0].text) else self.top_miss).append(default[0].score)
+
+    def line(self, label: str) -> str:
+        def median(xs: list[float]) -> str:
+            return f"{statistics.median(xs):.3f}" if xs else "-"
+
+        n = self.n
+        return (f"{label:<22} {n:>5} {self.hit1 / n:>6.3f} {self.r3 / n:>6.3f} {self.r10 / n:>6.3f} "
+                f"{self.empty:>5} {median(self.top_hit):>9} {median(self.top_miss):>10}")
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    questions = build()
+    by_fold: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for q in questions:
+        by_fold[q["fold"]].append(q)
+    tallies: dict[str, Tally] = defaultdict(Tally)
+    out = [f"{len(questions)} training questions; folds {sorted(args.folds)}; semantic arm "
+           f"{'on' if args.semantic else 'off'}"]
+    with throwaway_data_dir("knowledge-train-") as data_dir:
+        settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=args.semantic)
+        async with KnowledgeService.open(settings) as svc:
+            for fold in sorted(args.folds):
+                tenant = f"train-fold-{fold}"
+                await ingest_sources(svc, tenant, hide_headings(docs_sources(), by_fold[fold]))
+                for q in by_fold[fold]:
+                    asked = KnowledgeQuery(tenant_id=tenant, principal_id="eval", text=q["question"])
+                    default = await svc.search(asked)
+                    ten = await svc.search(asked.model_copy(update={"max_passages": 10, "budget_tokens": 10_000}))
+                    for key in (f"fold {fold}", q["file"].split("/")[0], "all"):
+                        tallies[key].add(q, default, ten)
+    out.append(f"{'':<22} {'n':>5} {'hit@1':>6} {'R@3':>6} {'R@10':>6} {'empty':>5} {'score hit':>9} "
+               f"{'score miss':>10}")
+    out += [tallies[k].line(k) for k in sorted(tallies, key=lambda k: (k == "all", k))]
+    out.append("score hit / miss: the median rank-1 score when rank 1 answers / does not.")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--semantic", action=argparse.BooleanOptionalAction, default=False,
+                        help="run the semantic arm beside the lexical one (needs the semantic extra)")
+    print_run(run, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
