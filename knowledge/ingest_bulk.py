@@ -6,9 +6,9 @@ pipeline:
 - one **preparer** admits, reads, extracts, normalizes, chunks and scans the requests in order
   (steps 1-5: pure CPU once the source is read) — two when PDFs are among them, which the parser
   pool's two children parse at once (`preparers_for`) — and a **grouper** hands the prepared
-  documents on in groups of
-  one tenant, at most `GROUP_DOCUMENTS` documents or `GROUP_TOKENS` tokens, no document id twice
-  (the same attachment sent twice: the later one finds the first's document);
+  documents on in groups of one tenant, at most `group_limit` documents or `GROUP_TOKENS`
+  tokens, no document id twice (the same attachment sent twice: the later one finds the first's
+  document);
 - two **writers** (a connection each) commit the groups, each group with ONE statement in one
   transaction (`_BULK_SQL`): source copies, documents, chunk sets, events, outcome counters,
   embedding-queue rows, chunk rows, index rows, postings and term statistics of every document in
@@ -68,6 +68,7 @@ WRITERS = 2
 #: A group's bounds: one statement writes at most this many documents or tokens.
 GROUP_DOCUMENTS = 64
 GROUP_TOKENS = 60_000
+#: The smallest group of a short list (`group_limit`).
 MIN_GROUP = 8
 
 #: What became of one request: its committed document, or the typed error that refused or failed it.
