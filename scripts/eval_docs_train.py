@@ -7,8 +7,9 @@ For each fold: the docs corpora are ingested into a tenant of their own with the
 headings replaced by ``Section`` (`hide_headings`), and every question of the fold is asked
 through `KnowledgeService.search` at its defaults (3 passages / 3000 tokens) and with 10 passages.
 Prints hit@1, R@3 and R@10 (an answering passage — one containing the answer quote — at rank 1,
-in the top 3, in the top 10), empty results, and the rank-1 score of hits and misses (what a
-relevance floor would have to separate), per fold, per corpus and overall. A baseline to fit and
+in the top 3, in the top 10), empty results, the rank-1 score of hits and misses (what a
+relevance floor would have to separate), and per arm the AUC of its best candidate's strength
+for "the top 3 answers" — per fold, per corpus and overall. A baseline to fit and
 check second stages against without touching docs-dev; asserts nothing.
 """
 
@@ -38,6 +39,11 @@ class Tally:
     empty: int = 0
     top_hit: list[float] = field(default_factory=list)  # rank-1 score when rank 1 answers
     top_miss: list[float] = field(default_factory=list)  # rank-1 score when it does not
+    strengths: dict[str, list[tuple[float, bool]]] = field(default_factory=lambda: defaultdict(list))
+
+    def add_strength(self, arm: str, strength: float, answered: bool) -> None:
+        """An arm's best candidate's strength, and whether the search's top 3 answered."""
+        self.strengths[arm].append((strength, answered))
 
     def add(self, question: dict[str, Any], default: list[Any], ten: list[Any]) -> None:
         self.n += 1
@@ -53,8 +59,20 @@ class Tally:
             return f"{statistics.median(xs):.3f}" if xs else "-"
 
         n = self.n
+        aucs = " ".join(f"{auc(self.strengths[arm]):>8.3f}" for arm in sorted(self.strengths))
         return (f"{label:<22} {n:>5} {self.hit1 / n:>6.3f} {self.r3 / n:>6.3f} {self.r10 / n:>6.3f} "
-                f"{self.empty:>5} {median(self.top_hit):>9} {median(self.top_miss):>10}")
+                f"{self.empty:>5} {median(self.top_hit):>9} {median(self.top_miss):>10} {aucs}")
+
+
+def auc(pairs: list[tuple[float, bool]]) -> float:
+    """The probability that an answered question's strength exceeds an unanswered one's (ties half):
+    how well the strength alone could tell them apart (0.5: not at all)."""
+    positives = [x for x, y in pairs if y]
+    negatives = [x for x, y in pairs if not y]
+    if not positives or not negatives:
+        return float("nan")
+    wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
+    return wins / (len(positives) * len(negatives))
 
 
 async def run(args: argparse.Namespace) -> list[str]:
@@ -75,12 +93,18 @@ async def run(args: argparse.Namespace) -> list[str]:
                     asked = KnowledgeQuery(tenant_id=tenant, principal_id="eval", text=q["question"])
                     default = await svc.search(asked)
                     ten = await svc.search(asked.model_copy(update={"max_passages": 10, "budget_tokens": 10_000}))
+                    answered = any(answers(q, p.text) for p in default[:3])
+                    best = {arm.name: await arm.search(svc.db, asked, 1) for arm in svc.searcher.arms}
                     for key in (f"fold {fold}", q["file"].split("/")[0], "all"):
                         tallies[key].add(q, default, ten)
+                        for name, found in best.items():
+                            tallies[key].add_strength(name, found[0].strength if found else 0.0, answered)
+    arms = " ".join(f"{'AUC ' + name[:3]:>8}" for name in sorted(tallies["all"].strengths))
     out.append(f"{'':<22} {'n':>5} {'hit@1':>6} {'R@3':>6} {'R@10':>6} {'empty':>5} {'score hit':>9} "
-               f"{'score miss':>10}")
+               f"{'score miss':>10} {arms}")
     out += [tallies[k].line(k) for k in sorted(tallies, key=lambda k: (k == "all", k))]
-    out.append("score hit / miss: the median rank-1 score when rank 1 answers / does not.")
+    out.append("score hit / miss: the median rank-1 score when rank 1 answers / does not. AUC arm: how well that "
+               "arm's best candidate's strength alone separates questions whose top 3 answers from the rest.")
     return out
 
 
