@@ -240,8 +240,9 @@ class AttachmentWorker:
         await self.doorbell.wait(max(wait, _MIN_IDLE_SECONDS))
 
     async def _process(self, claims: list[Claim]) -> None:
-        """Attempt the batch, then settle each claim with its outcome; if the attempt stopped because
-        every lease was lost, each is found ``lease_lost`` or ``withdrawn``."""
+        """Attempt the batch, then settle each claim with its outcome. Whatever is not settled — the
+        attempt stopped because every lease was lost, the worker is stopping (cancellation), or the
+        database failed while settling — is released (`_release_unsettled`)."""
         settled: set[uuid.UUID] = set()
         try:
             outcomes = await self._attempt_holding_leases(claims)
@@ -251,26 +252,21 @@ class AttachmentWorker:
             settled.update(c.artifact_id for c in finished)
             for claim, result in zip(finished, results, strict=True):
                 self._count(claim, outcomes[claim.artifact_id], result)
-            for claim in claims:  # the batch stopped because every lease was lost
-                if claim.artifact_id not in settled:
-                    result = await self.queue.release(claim)
-                    settled.add(claim.artifact_id)
-                    self._count(claim, None, result)
-        except BaseException:
-            # Stopping (cancellation) or a database failure while settling: give the unsettled claims
-            # back, pending again (a document already committed is found by the next claim); if even
-            # that fails, their leases expire and another worker takes them.
+        finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_SECONDS):
-                for claim in claims:
-                    if claim.artifact_id in settled:
-                        continue
-                    try:
-                        if await self.queue.release(claim) == "released":
-                            self.stats.released += 1
-                    except Exception:
-                        _log.warning("attachment %s: could not release the claim; its lease will expire",
-                                     claim.artifact_id, exc_info=True)
-            raise
+                await self._release_unsettled([c for c in claims if c.artifact_id not in settled])
+
+    async def _release_unsettled(self, claims: list[Claim]) -> None:
+        """Give each claim back, pending again (a document already committed is found by the next
+        claim), counting what the release found: ``released``, or ``lease_lost``/``withdrawn`` when
+        it was no longer this worker's. A release that fails is logged: its lease expires and
+        another worker takes the attachment."""
+        for claim in claims:
+            try:
+                self._count(claim, None, await self.queue.release(claim))
+            except Exception:
+                _log.warning("attachment %s: could not release the claim; its lease will expire",
+                             claim.artifact_id, exc_info=True)
 
     def _count(self, claim: Claim, outcome: Outcome | None, settled: Settled) -> None:
         where = f"attachment {claim.artifact_id} ({claim.source.file_name!r}, tenant {claim.tenant_id})"
