@@ -70,7 +70,7 @@ class Section:
     level: int
     heading: str  # as in the file
     heading_path: tuple[str, ...]  # page title first
-    body: tuple[str, ...]  # the section's own lines (up to the next heading of any level)
+    body: tuple[str, ...]  # the section's own lines outside code fences (up to the next heading)
 
 
 def clean_heading(text: str) -> str:
@@ -97,12 +97,14 @@ def sections(root: Path, path: Path) -> Iterator[Section]:
             if lines[i].startswith("title:"):
                 title = lines[i][6:].strip().strip("\"'")
     heads: list[tuple[int, int, str]] = []  # (line index, level, text)
+    prose: list[bool] = [False] * len(lines)  # outside code fences, and not a fence line
     fenced = False
     for i in range(start, len(lines)):
         if _FENCE.match(lines[i]):
             fenced = not fenced
             continue
-        m = None if fenced else _HEADING.match(lines[i])
+        prose[i] = not fenced
+        m = _HEADING.match(lines[i]) if prose[i] else None
         if m:
             heads.append((i, len(m.group(1)), m.group(2)))
     path_by_level: dict[int, str] = {0: title} if title else {}
@@ -112,18 +114,14 @@ def sections(root: Path, path: Path) -> Iterator[Section]:
         end = heads[n + 1][0] if n + 1 < len(heads) else len(lines)
         if level >= 2:
             yield Section(rel, i + 1, level, text, tuple(path_by_level[k] for k in sorted(path_by_level)),
-                          tuple(lines[i + 1:end]))
+                          tuple(lines[j] for j in range(i + 1, end) if prose[j]))
 
 
 def first_sentence(body: Sequence[str]) -> str | None:
     """The first sentence of the body's first prose line, as it stands in the file (for an exact
     quote), or None."""
-    fenced = False
     for line in body:
-        if _FENCE.match(line):
-            fenced = not fenced
-            continue
-        if fenced or not line.strip() or _NOT_PROSE.match(line) or line.lstrip().startswith("{{"):
+        if not line.strip() or _NOT_PROSE.match(line) or line.lstrip().startswith("{{"):
             continue
         text = line.strip()
         end = _SENTENCE_END.search(text)
