@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from build_docs_train import build, hide_headings
-from retrieval_data import answers, docs_sources, ingest_sources, print_run
+from retrieval_data import add_semantic_option, answers, docs_sources, ingest_sources, print_run
 
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
@@ -112,8 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--folds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
-    parser.add_argument("--semantic", action=argparse.BooleanOptionalAction, default=False,
-                        help="run the semantic arm beside the lexical one (needs the semantic extra)")
+    add_semantic_option(parser)
     print_run(run, parser.parse_args())
 
 

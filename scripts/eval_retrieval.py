@@ -36,6 +36,7 @@ from retrieval_data import (
     GIN_SQL,
     Bm25s,
     SciFact,
+    add_semantic_option,
     answers,
     docs_sources,
     first_occurrences,
@@ -307,8 +308,7 @@ def main() -> None:
     parser.add_argument("--skip-scifact", action="store_true")
     parser.add_argument("--skip-docs", action="store_true")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
-    parser.add_argument("--semantic", action=argparse.BooleanOptionalAction, default=False,
-                        help="run the semantic arm beside the lexical one (needs the semantic extra)")
+    add_semantic_option(parser)
     print_run(run, parser.parse_args())
 
 

@@ -139,6 +139,12 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
     return result, time.perf_counter() - began
 
 
+def add_semantic_option(parser: argparse.ArgumentParser) -> None:
+    """``--semantic/--no-semantic``: whether the evaluated service runs the semantic arm (default off)."""
+    parser.add_argument("--semantic", action=argparse.BooleanOptionalAction, default=False,
+                        help="run the semantic arm beside the lexical one (needs the semantic extra)")
+
+
 def print_run(run: Callable[[argparse.Namespace], Awaitable[list[str]]], args: argparse.Namespace) -> None:
     """A script's main: ``run(args)`` under ``args.loop``, its lines printed, then the total time."""
     began = time.perf_counter()
