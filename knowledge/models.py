@@ -253,3 +253,6 @@ class RetrievedPassage(BaseModel):
     arms: list[str]
     instruction_like: bool
     tokens: int = Field(default=0, ge=0)
+    #: The chance that the passage answers the query, calibrated on training questions
+    #: (`knowledge.relevance`); None under a ranking policy without a relevance model.
+    relevance: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from datetime import date
 from uuid import UUID
 
+from knowledge import relevance_models
 from knowledge.models import Authority, RetrievedPassage
+from knowledge.relevance import RelevanceModel
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,29 @@ class RankingPolicy:
     #: Relevance floor on the best arm's evidence (lexical: BM25 / its maximum for the query). 0.05
     #: drops a chunk whose only match is a near-stopword or one weak term among many.
     min_strength: float = 0.05
+    #: The calibrated relevance models (`knowledge.relevance`): with them, ``match`` is a
+    #: candidate's relevance instead of its fused rank, and the floor is ``min_relevance``.
+    lexical_model: RelevanceModel | None = None
+    fused_model: RelevanceModel | None = None
+    min_relevance: float = 0.0
+    #: The floor for every passage after the first: a second or third passage that probably answers
+    #: nothing is noise the agent has to read, while the first keeps the lower floor.
+    min_relevance_more: float = 0.0
+
+    @property
+    def calibrated(self) -> bool:
+        return self.lexical_model is not None
+
+    def judge(self, features: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """Each candidate's relevance: the fused model when the features carry semantic evidence
+        (and the policy has one), else the lexical model."""
+        if self.lexical_model is None:
+            raise ValueError(f"ranking policy {self.name} has no relevance model")
+        out: dict[str, float] = {}
+        for cid, x in features.items():
+            model = self.fused_model if self.fused_model is not None and "cosine" in x else self.lexical_model
+            out[cid] = model.relevance(x)
+        return out
 
     def __post_init__(self) -> None:
         weights = (self.w_match, self.w_authority, self.w_scope, self.w_recency, self.w_penalty)
@@ -78,6 +103,12 @@ class RankingPolicy:
 
 
 KNOWLEDGE_V1 = RankingPolicy()
+#: The shipped default (issue 19): ``match`` is the calibrated relevance (`knowledge.relevance`,
+#: fitted by ``scripts/fit_relevance.py``), the floor ``min_relevance``; the document terms as v1.
+KNOWLEDGE_V2 = RankingPolicy(name="knowledge-v2", min_strength=0.0, lexical_model=relevance_models.LEXICAL,
+                             fused_model=relevance_models.FUSED, min_relevance=relevance_models.MIN_RELEVANCE,
+                             min_relevance_more=relevance_models.MIN_RELEVANCE_MORE)
+DEFAULT_POLICY = KNOWLEDGE_V2
 
 
 @dataclass(frozen=True)
@@ -268,12 +299,14 @@ def penalty_term(c: Candidate, policy: RankingPolicy = KNOWLEDGE_V1) -> float:
 
 
 def score(
-    c: Candidate, *, current_scope: str | None, today: date, n_arms: int, policy: RankingPolicy
+    c: Candidate, *, current_scope: str | None, today: date, n_arms: int, policy: RankingPolicy,
+    relevance: float | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The four-term score and its unweighted terms (``match``, ``authority``, ``scope``,
-    ``recency``, ``penalty``, each 0..1), for the trace and for tests."""
+    ``recency``, ``penalty``, each 0..1), for the trace and for tests. ``match`` is the
+    candidate's calibrated ``relevance`` when given, else reciprocal-rank fusion."""
     terms = {
-        "match": rrf(c.arm_ranks, n_arms, policy.rrf_k),
+        "match": rrf(c.arm_ranks, n_arms, policy.rrf_k) if relevance is None else relevance,
         "authority": authority_term(c.authority),
         "scope": scope_term(c.project_scope, current_scope),
         "recency": recency_term(c.doc_date, today, policy),
@@ -296,13 +329,20 @@ def rank(
     today: date,
     n_arms: int,
     policy: RankingPolicy = KNOWLEDGE_V1,
+    relevances: Mapping[str, float] | None = None,
 ) -> list[RetrievedPassage]:
     """Score every candidate, sort by score descending (ties by ``chunk_id``), and drop any
-    candidate whose ``content_sha256`` a higher-ranked one already carries.
+    candidate whose ``content_sha256`` a higher-ranked one already carries. With ``relevances``
+    (chunk id -> calibrated relevance; a missing id counts 0) they are the match term and each
+    passage carries its own.
 
     Nothing else is added or removed: admission happened in SQL, the floor and caps are `select`'s.
     """
-    scored = [(score(c, current_scope=current_scope, today=today, n_arms=n_arms, policy=policy)[0], c)
+    def relevance(c: Candidate) -> float | None:
+        return None if relevances is None else relevances.get(c.chunk_id, 0.0)
+
+    scored = [(score(c, current_scope=current_scope, today=today, n_arms=n_arms, policy=policy,
+                     relevance=relevance(c))[0], c)
               for c in candidates]
     scored.sort(key=lambda sc: (-sc[0], sc[1].chunk_id))
     seen: set[str] = set()
@@ -314,7 +354,7 @@ def rank(
         out.append(RetrievedPassage(
             chunk_id=c.chunk_id, document_id=c.document_id, title=c.title, heading_path=list(c.heading_path),
             text=c.text, doc_date=c.doc_date, authority=c.authority, score=total, arms=sorted(c.arm_ranks),
-            instruction_like=c.instruction_like, tokens=c.tokens,
+            instruction_like=c.instruction_like, tokens=c.tokens, relevance=relevance(c),
         ))
     return out
 
@@ -328,12 +368,16 @@ def select(
     budget_tokens: int,
     strengths: Mapping[str, float] | None = None,
     min_strength: float = 0.0,
+    min_relevance: float = 0.0,
+    min_relevance_more: float = 0.0,
 ) -> list[RetrievedPassage]:
     """Walk ``passages`` in rank order and keep what the read path may render.
 
     - The relevance floor: a passage scoring below ``min_score``, or (when ``strengths`` maps chunk
       ids to evidence strength) whose strength is below ``min_strength``, is skipped. A chunk id
-      missing from ``strengths`` has no recorded evidence and counts as strength 0.
+      missing from ``strengths`` has no recorded evidence and counts as strength 0. A passage that
+      carries a calibrated relevance below ``min_relevance`` is skipped too, and once one passage
+      is chosen, so is one below ``min_relevance_more``.
     - At most ``max_per_document`` passages per document (later ones are skipped), at most
       ``max_passages`` in all.
     - The token budget: passages are taken whole, and the first one that does not fit ends the
@@ -348,6 +392,8 @@ def select(
         if p.score < min_score:
             continue
         if strengths is not None and strengths.get(p.chunk_id, 0.0) < min_strength:
+            continue
+        if p.relevance is not None and p.relevance < (min_relevance_more if chosen else min_relevance):
             continue
         if per_document.get(p.document_id, 0) >= max_per_document:
             continue

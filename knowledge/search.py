@@ -26,15 +26,17 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
 
 from knowledge.errors import KnowledgeError
+from knowledge.evidence import lexical_evidence
 from knowledge.ingest import TS_CONFIG
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
-from knowledge.ranking import KNOWLEDGE_V1, Candidate, RankingPolicy, rank, select
+from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, penalty_term, rank, select
+from knowledge.relevance import LexicalEvidence, features
 from knowledge.store.db import Database, Record
 
 _log = logging.getLogger(__name__)
@@ -138,6 +140,13 @@ class Arm(Protocol):
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]: ...
 
 
+@runtime_checkable
+class CosineArm(Arm, Protocol):
+    """An arm that can also tell the cosine of any admitted candidate to the query."""
+
+    async def cosines(self, db: Database, query: KnowledgeQuery, chunk_ids: Sequence[str]) -> dict[str, float]: ...
+
+
 @dataclass(frozen=True)
 class LexicalArm:
     """BM25 over the postings table, with the isolation predicates in the candidate query."""
@@ -187,7 +196,7 @@ class Searcher:
 
     db: Database
     arms: Sequence[Arm]
-    policy: RankingPolicy = KNOWLEDGE_V1
+    policy: RankingPolicy = DEFAULT_POLICY
     arm_limit: int = ARM_LIMIT
 
     #: Searches that went on without an arm (`ArmUnavailable`), by arm name.
@@ -237,16 +246,50 @@ class Searcher:
             raise down[0].error
         return merge_arms(answered), len(answered)
 
+    async def features(self, query: KnowledgeQuery, candidates: Sequence[Candidate]
+                       ) -> dict[str, dict[str, float]]:
+        """Every candidate's relevance features (`knowledge.relevance.features`): its lexical
+        evidence and, when a semantic arm answered this search, every candidate's cosine — the two
+        statements run concurrently in this call's task group."""
+        ids = [c.chunk_id for c in candidates]
+        semantic = next((a for a in self.arms if isinstance(a, CosineArm)
+                         and any(a.name in c.arm_ranks for c in candidates)), None)
+        lexical = LexicalEvidence(idf={}, avgdl=1.0)
+        cosines: dict[str, float] | None = None
+
+        async def read_lexical() -> None:
+            nonlocal lexical
+            lexical = await lexical_evidence(self.db, query.tenant_id, query.text, ids)
+
+        async def read_cosines(arm: CosineArm) -> None:
+            nonlocal cosines
+            try:
+                cosines = await arm.cosines(self.db, query, ids)
+            except ArmUnavailable:
+                cosines = None  # judged by the lexical model, as if the arm had not answered
+
+        if ids:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_lexical)
+                if semantic is not None:
+                    tg.start_soon(read_cosines, semantic)
+        return features(ids, lexical, documents={c.chunk_id: c.document_id for c in candidates},
+                        penalties={c.chunk_id: penalty_term(c, self.policy) for c in candidates}, cosines=cosines)
+
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """Ranked, capped, floored and budgeted passages; never truncated."""
         candidates, n_arms = await self.gather(query)
         today = (query.as_of or datetime.now(UTC)).date()
+        relevances = None
+        if self.policy.calibrated:
+            relevances = self.policy.judge(await self.features(query, candidates))
         ranked = rank(candidates, current_scope=query.current_scope, today=today, n_arms=n_arms,
-                      policy=self.policy)
+                      policy=self.policy, relevances=relevances)
         strengths = {c.chunk_id: c.strength for c in candidates}
         return select(ranked, min_score=query.min_score, max_passages=query.max_passages,
                       max_per_document=query.max_per_document, budget_tokens=query.budget_tokens,
-                      strengths=strengths, min_strength=self.policy.min_strength)
+                      strengths=strengths, min_strength=self.policy.min_strength,
+                      min_relevance=self.policy.min_relevance, min_relevance_more=self.policy.min_relevance_more)
 
 
 _CHUNK_SQL = """

@@ -48,6 +48,7 @@ from retrieval_data import (
 from knowledge.chunking import chunk_id
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
+from knowledge.ranking import DEFAULT_POLICY, KNOWLEDGE_V1
 from knowledge.service import KnowledgeService
 from supervisors.embedded_pg import throwaway_data_dir
 
@@ -254,8 +255,15 @@ async def bench(svc: KnowledgeService, texts: Sequence[tuple[str, str]], concurr
     async def arm(tenant: str, text: str) -> Any:
         return await svc.searcher.candidates(q(tenant, text))
 
-    results = [await measure("knowledge.search (end to end, 3 passages)", texts, search, concurrency),
-               await measure(f"lexical arm alone (candidates, {limit})", texts, arm, concurrency)]
+    results = [await measure(f"knowledge.search (end to end, 3 passages, {DEFAULT_POLICY.name})", texts, search,
+                             concurrency)]
+    svc.searcher.policy = KNOWLEDGE_V1  # the same search without the relevance model: what it costs
+    try:
+        results.append(await measure(f"knowledge.search, {KNOWLEDGE_V1.name} (RRF, no relevance model)", texts,
+                                     search, concurrency))
+    finally:
+        svc.searcher.policy = DEFAULT_POLICY
+    results.append(await measure(f"lexical arm alone (candidates, {limit})", texts, arm, concurrency))
     for name, sql in BASELINE_SQL.items():
         async def baseline(tenant: str, text: str, sql: str = sql) -> Any:
             async with svc.db.connection() as conn:

@@ -50,9 +50,11 @@ from retrieval_data import (
     scifact_sources,
     timed,
 )
+from retrieval_goals import Pairs, configs, docs_goals, limit_curve, scifact_goals
 
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
+from knowledge.ranking import DEFAULT_POLICY
 from knowledge.search import BM25_B, BM25_K1
 from knowledge.service import KnowledgeService
 from supervisors.embedded_pg import throwaway_data_dir
@@ -296,10 +298,22 @@ async def run(args: argparse.Namespace) -> list[str]:
             await svc.db.execute("VACUUM ANALYZE")
             out.append(f"baseline GIN index + VACUUM ANALYZE: {time.perf_counter() - began:.1f}s; "
                        f"loop={svc.db.backend}; arm BM25 k1, b = {arm_bm25(svc)}")
+            cfgs = configs(svc, DEFAULT_POLICY)
+            pairs = {"docs-dev": Pairs(), "SciFact test": Pairs()}
             if scifact is not None and sci_corpus is not None:
-                out += ["", *await eval_scifact(svc, scifact, sci_corpus)]
+                if not args.goals_only:
+                    out += ["", *await eval_scifact(svc, scifact, sci_corpus)]
+                out += ["", *await scifact_goals(svc, SCIFACT_TENANT, scifact.queries, scifact.qrels,
+                                                 sci_corpus.doc_keys, cfgs, pairs["SciFact test"])]
             if docs_corpus is not None:
-                out += ["", *await eval_docs(svc, docs_corpus)]
+                if not args.goals_only:
+                    out += ["", *await eval_docs(svc, docs_corpus)]
+                questions = load_docs_dev()
+                out += ["", *await docs_goals(svc, DOCS_TENANT, questions, cfgs, pairs["docs-dev"])]
+                out += ["", *await limit_curve(svc, DOCS_TENANT, questions, cfgs[-1])]
+            for name, found in pairs.items():
+                out += found.table(f"\nreliability of the relevance ({cfgs[-1].name}), {name}: the passages of "
+                                   "10-passage searches, by bins")
     return out
 
 
@@ -307,6 +321,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-scifact", action="store_true")
     parser.add_argument("--skip-docs", action="store_true")
+    parser.add_argument("--goals-only", action="store_true",
+                        help="only the goal, reliability and curve tables (not the baselines)")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     add_semantic_option(parser)
     print_run(run, parser.parse_args())

@@ -31,7 +31,9 @@ gives up the same way; the search then goes on lexical-only and is counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -86,6 +88,19 @@ SELECT set_config('hnsw.ef_search', '{EF_SEARCH}', true), set_config('hnsw.itera
        set_config('hnsw.max_scan_tuples', '{MAX_SCAN_TUPLES}', true)
 """
 
+def _cosine_sql(version: str, dim: int) -> str:
+    return f"""
+SELECT e.chunk_id, max(1 - (e.embedding::vector({dim}) <=> $2::vector({dim}))) AS cosine
+FROM knowledge_embeddings e
+WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)} AND e.chunk_id = ANY($3::text[])
+GROUP BY e.chunk_id
+"""
+
+
+#: Query vectors kept (by query text): the relevance model asks for the cosines of a search's
+#: candidates right after the arm embedded its query.
+VECTOR_CACHE = 256
+
 _COUNT_SQL = """
 SELECT count(*) FROM (SELECT 1 FROM knowledge_embeddings
                       WHERE tenant_id = $1 AND model_version = $2 LIMIT $3) AS s
@@ -103,19 +118,28 @@ class SemanticArm:
     exact_max_windows: int = EXACT_MAX_WINDOWS
     cosine_floor: float = COSINE_FLOOR
     query_wait_seconds: float = QUERY_WAIT_SECONDS
+    _vectors: OrderedDict[str, str] = field(default_factory=OrderedDict, repr=False)
 
     def __post_init__(self) -> None:
         self._ann = _sql(self.version, self.dim, exact=False)
         self._exact = _sql(self.version, self.dim, exact=True)
+        self._cosines = _cosine_sql(self.version, self.dim)
 
     async def _query_vector(self, text: str) -> str:
         """The query's vector, or `ArmUnavailable` at once while no child serves (starting,
         restarting) and after `query_wait_seconds` (a child busy past one batch)."""
+        if (known := self._vectors.get(text)) is not None:
+            self._vectors.move_to_end(text)
+            return known
         if not self.embedder.serving:
             raise ArmUnavailable(EmbedderUnavailable(message="the embedder child is starting"))
         try:
             with anyio.move_on_after(self.query_wait_seconds):
-                return await self.embedder.embed_query(text)
+                vector = await self.embedder.embed_query(text)
+                self._vectors[text] = vector
+                while len(self._vectors) > VECTOR_CACHE:
+                    self._vectors.popitem(last=False)
+                return vector
         except EmbedderUnavailable as exc:
             raise ArmUnavailable(exc) from exc
         raise ArmUnavailable(EmbedderUnavailable(
@@ -135,3 +159,10 @@ class SemanticArm:
         floor = self.cosine_floor
         return [candidate_from_row(r, rank_no, self.name, (float(r["cosine"]) - floor) / (1 - floor))
                 for rank_no, r in enumerate(rows, start=1)]
+
+    async def cosines(self, db: Database, query: KnowledgeQuery, chunk_ids: Sequence[str]) -> dict[str, float]:
+        """The best window's cosine to the query for each of ``chunk_ids`` that has vectors of this
+        model version (candidates already admitted by an arm; read within the tenant)."""
+        vector = await self._query_vector(query.text)
+        rows = await db.fetch(self._cosines, query.tenant_id, vector, list(chunk_ids))
+        return {r["chunk_id"]: float(r["cosine"]) for r in rows}

@@ -1,0 +1,107 @@
+"""Training data for the relevance model (issue 19): every candidate of every training question,
+with its features (`knowledge.relevance.features`, through `Searcher.features`) and its label.
+
+    .venv/bin/python scripts/collect_relevance.py --out /tmp/relevance.jsonl.gz [--scifact 2500] [--no-docs]
+
+- **docs-train** (`build_docs_train.py`, 1,227 questions over docs-argocd and docs-etcd, never
+  docs-dev's files): both docs corpora ingested once, with every training question's heading hidden
+  (`hide_headings`), into a tenant of their own; a candidate is relevant when it contains the
+  question's answer quote. Its ``fold`` is the set's (by file).
+- **SciFact train** (809 claims with relevance judgements): every abstract a train claim cites plus
+  a seeded sample of the others, up to ``--scifact`` abstracts in all (embedding all 5,183 would
+  take a quarter hour on two cores); a candidate is relevant when its abstract is judged relevant.
+  Fold: the claim id modulo 5.
+
+Each question is asked through the service's own pipeline with the semantic arm on: the arms'
+candidates (`Searcher.candidates`), then their features twice — ``fused`` (every candidate, cosines
+included) and ``lexical`` (only the lexical arm's candidates, as a search that went on without the
+semantic arm sees them). One JSON line per question and mode: ``{set, fold, qid, mode, answerable,
+cands: [{chunk, key, label, x: {feature: value}}]}``. `fit_relevance.py` reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from build_docs_train import build, hide_headings
+from retrieval_data import answers, docs_sources, ingest_sources, load_scifact, print_run, scifact_sources
+
+from knowledge.config import Settings
+from knowledge.models import KnowledgeQuery
+from knowledge.ranking import Candidate
+from knowledge.service import KnowledgeService
+from supervisors.embedded_pg import throwaway_data_dir
+
+FOLDS = 5
+
+
+def lexical_only(candidates: list[Candidate]) -> list[Candidate]:
+    return [replace(c, arm_ranks={"lexical": c.arm_ranks["lexical"]}) for c in candidates if "lexical" in c.arm_ranks]
+
+
+async def ask(svc: KnowledgeService, tenant: str, text: str, label: Any, key: Any) -> dict[str, list[dict[str, Any]]]:
+    """Both modes' candidates of one question: chunk id, source key, label, features."""
+    query = KnowledgeQuery(tenant_id=tenant, principal_id="eval", text=text)
+    candidates = await svc.searcher.candidates(query)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for mode, cands in (("fused", candidates), ("lexical", lexical_only(candidates))):
+        feats = await svc.searcher.features(query, cands)
+        out[mode] = [{"chunk": c.chunk_id, "key": key(c), "label": bool(label(c)), "ranks": dict(c.arm_ranks),
+                      "doc": str(c.document_id),
+                      "x": {k: round(v, 6) for k, v in feats[c.chunk_id].items()}} for c in cands]
+    return out
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    lines: list[str] = []
+    with throwaway_data_dir("knowledge-fit-") as data_dir, gzip.open(args.out, "wt", encoding="utf-8") as out:
+        settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=True)
+        async with KnowledgeService.open(settings) as svc:
+            if args.docs:
+                questions = build()
+                tenant = "train-docs"
+                await ingest_sources(svc, tenant, hide_headings(docs_sources(), questions))
+                for q in questions:
+                    found = await ask(svc, tenant, q["question"], lambda c, q=q: answers(q, c.text),
+                                      lambda c: c.chunk_id)
+                    for mode, cands in found.items():
+                        out.write(json.dumps({"set": "docs-train", "fold": q["fold"], "qid": q["id"], "mode": mode,
+                                              "answerable": True, "cands": cands}) + "\n")
+                lines.append(f"docs-train: {len(questions)} questions")
+            if args.scifact:
+                data = load_scifact(split="train")
+                cited = {d for rel in data.qrels.values() for d in rel}
+                others = [d for d in data.corpus if d["_id"] not in cited]
+                random.Random(19).shuffle(others)
+                chosen = [d for d in data.corpus if d["_id"] in cited] + others[:max(args.scifact - len(cited), 0)]
+                tenant = "train-scifact"
+                keys, _ = await ingest_sources(svc, tenant, scifact_sources(replace(data, corpus=chosen)))
+                for qid, text in data.queries.items():
+                    rel = data.qrels[qid]
+                    found = await ask(svc, tenant, text, lambda c, rel=rel: keys[c.document_id] in rel,
+                                      lambda c: keys[c.document_id])
+                    for mode, cands in found.items():
+                        out.write(json.dumps({"set": "scifact-train", "fold": int(qid) % FOLDS, "qid": qid,
+                                              "mode": mode, "answerable": True, "cands": cands}) + "\n")
+                lines.append(f"scifact-train: {len(data.queries)} claims over {len(chosen)} abstracts")
+    lines.append(f"wrote {args.out}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--scifact", type=int, default=2500, help="abstracts to ingest for SciFact train (0: none)")
+    parser.add_argument("--docs", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    print_run(run, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

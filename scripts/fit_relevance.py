@@ -1,0 +1,331 @@
+"""Fit the relevance models (`knowledge.relevance`) on training data, check them fold by fold, and
+write the shipped weights (issue 19).
+
+    .venv/bin/python scripts/fit_relevance.py /tmp/relevance.jsonl.gz [...] [--write] [--ablation]
+
+Reads what `collect_relevance.py` wrote (docs-train and SciFact train candidates with features and
+labels). For each mode (``lexical``, ``fused``):
+
+1. **Cross-validation by fold** (5 folds; docs-train's folds are by file): a logistic regression
+   (L2, standardized features, Newton's method) fitted on four folds of both sets predicts the
+   fifth. Printed per set, over the held-out predictions: hit@1 and R@3 (docs: a candidate holding
+   the answer quote; SciFact: a relevant abstract; by the model's order), nDCG@10 (SciFact), the
+   same for reciprocal-rank fusion of the arms (today's order), the reliability of the relevance
+   (by bins of predicted relevance over each question's top 10: mean prediction vs observed share)
+   and the expected calibration error.
+2. **The floor**: over the held-out predictions, for each threshold the share of questions whose
+   top candidate falls below it (an empty result); the shipped ``min_relevance`` is the largest
+   threshold that empties at most ``--empty`` of the training questions whose top 10 holds an answer.
+3. With ``--ablation``: the same cross-validation without each feature group.
+4. With ``--write``: the models fitted on all folds of both sets, written to
+   ``knowledge/relevance_models.py`` (with the floor).
+
+Nothing here reads docs-dev or SciFact test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge.relevance import LEXICAL_FEATURES, SEMANTIC_FEATURES, add_document_features
+
+MODELS = Path(__file__).resolve().parents[1] / "knowledge" / "relevance_models.py"
+L2 = 1.0
+#: The R@3 the floor for the second and third passage may cost on the training questions.
+NOISE_LOSS = 0.01
+FLOORS: dict[tuple[str, ...], tuple[float, float]] = {}
+GROUPS = {
+    "bm25": ("bm25", "bm25_gap"), "coverage": ("coverage", "coverage_gap"), "heading": ("heading",),
+    "proximity": ("proximity",), "cosine": ("cosine", "cosine_gap"),
+    "document": ("doc_bm25", "doc_coverage", "doc_hits", "doc_cosine"),
+    "penalty": ("penalty",), "terms": ("terms",),
+}
+
+
+@dataclass
+class Question:
+    set: str
+    fold: int
+    qid: str
+    labels: np.ndarray  # (n,) bool
+    keys: list[str]
+    x: np.ndarray  # (n, features)
+    rrf: np.ndarray  # (n,) reciprocal-rank fusion of the arm ranks (today's order)
+
+
+def lines_of(paths: list[Path]) -> Iterator[str]:
+    for path in paths:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            yield from fh
+
+
+def load(paths: list[Path], mode: str, names: tuple[str, ...]) -> list[Question]:
+    out = []
+    for line in lines_of(paths):
+        r = json.loads(line)
+        if r["mode"] != mode:
+            continue
+        cands = r["cands"]
+        feats = {c["chunk"]: dict(c["x"]) for c in cands}  # the doc_* features as the service computes them
+        add_document_features(feats, {c["chunk"]: c.get("doc", c["key"]) for c in cands})
+        x = np.array([[feats[c["chunk"]].get(f, 0.0) for f in names] for c in cands], dtype=float)
+        rrf = np.array([sum(1 / (60 + rank) for rank in c["ranks"].values()) for c in cands])
+        out.append(Question(r["set"], r["fold"], r["qid"], np.array([c["label"] for c in cands], dtype=bool),
+                            [c["key"] for c in cands], x.reshape(len(cands), len(names)), rrf))
+    return out
+
+
+@dataclass
+class Fit:
+    names: tuple[str, ...]
+    weights: np.ndarray
+    bias: float
+    means: np.ndarray
+    scales: np.ndarray
+
+    def logit(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.bias + ((x - self.means) / self.scales) @ self.weights)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(1 / (1 + np.exp(-self.logit(x))))
+
+
+def fit(questions: list[Question], names: tuple[str, ...]) -> Fit:
+    """L2-regularized logistic regression by Newton's method on standardized features; every
+    question weighs the same (its candidates share a weight of 1)."""
+    x = np.vstack([q.x for q in questions])
+    y = np.concatenate([q.labels for q in questions]).astype(float)
+    w_obs = np.concatenate([np.full(len(q.labels), 1.0 / max(len(q.labels), 1)) for q in questions])
+    w_obs *= len(w_obs) / w_obs.sum()
+    means = x.mean(axis=0)
+    scales = x.std(axis=0)
+    scales[scales < 1e-6] = 1.0
+    z = np.hstack([np.ones((len(x), 1)), (x - means) / scales])
+    beta = np.zeros(z.shape[1])
+    reg = np.full(z.shape[1], L2)
+    reg[0] = 0.0
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-(z @ beta)))
+        grad = z.T @ (w_obs * (p - y)) + reg * beta
+        hess = (z * (w_obs * p * (1 - p))[:, None]).T @ z + np.diag(reg)
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return Fit(names, beta[1:], float(beta[0]), means, scales)
+
+
+def ranked(q: Question, scores: np.ndarray) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+def ndcg10(q: Question, order: list[int]) -> float:
+    seen: list[str] = []
+    for i in order:
+        if q.keys[i] not in seen:
+            seen.append(q.keys[i])
+    relevant = {q.keys[i] for i in range(len(q.keys)) if q.labels[i]}
+    dcg = sum(1 / math.log2(r + 2) for r, k in enumerate(seen[:10]) if k in relevant)
+    ideal = sum(1 / math.log2(r + 2) for r in range(min(len(relevant), 10)))
+    return dcg / ideal if ideal else 0.0
+
+
+@dataclass
+class Tally:
+    n: int = 0
+    hit1: float = 0.0
+    r3: float = 0.0
+    ndcg: float = 0.0
+
+    def add(self, q: Question, scores: np.ndarray) -> None:
+        order = ranked(q, scores)
+        self.n += 1
+        self.hit1 += bool(order) and bool(q.labels[order[0]])
+        self.r3 += any(q.labels[i] for i in order[:3])
+        self.ndcg += ndcg10(q, order)
+
+    def cells(self) -> str:
+        n = max(self.n, 1)
+        return f"{self.hit1 / n:>6.3f} {self.r3 / n:>6.3f} {self.ndcg / n:>7.3f}"
+
+
+def cross_validate(questions: list[Question], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Held-out predictions per question (by set and qid), each from the model fitted on the other folds."""
+    out: dict[str, np.ndarray] = {}
+    for fold in sorted({q.fold for q in questions}):
+        model = fit([q for q in questions if q.fold != fold], names)
+        for q in questions:
+            if q.fold == fold:
+                out[f"{q.set}/{q.qid}"] = model.predict(q.x)
+    return out
+
+
+def reliability(questions: list[Question], preds: dict[str, np.ndarray]) -> list[str]:
+    bins = np.linspace(0, 1, 11)
+    total = np.zeros(10)
+    hits = np.zeros(10)
+    mass = np.zeros(10)
+    for q in questions:
+        p = preds[f"{q.set}/{q.qid}"]
+        for i in ranked(q, p)[:10]:
+            b = min(int(p[i] * 10), 9)
+            total[b] += 1
+            hits[b] += q.labels[i]
+            mass[b] += p[i]
+    rows = [f"  {'relevance':<10} {'passages':>8} {'mean':>6} {'observed':>8}"]
+    ece = 0.0
+    for b in range(10):
+        if total[b]:
+            rows.append(f"  {bins[b]:.1f}-{bins[b + 1]:.1f}    {int(total[b]):>8} {mass[b] / total[b]:>6.3f} "
+                        f"{hits[b] / total[b]:>8.3f}")
+            ece += abs(mass[b] - hits[b]) / total.sum()
+    rows.append(f"  expected calibration error (top 10): {ece:.3f}")
+    return rows
+
+
+def floor_table(questions: list[Question], preds: dict[str, np.ndarray], empty: float) -> tuple[float, list[str]]:
+    """Per threshold, the share of questions emptied (top relevance below it), among those whose
+    top 10 holds an answer and the rest; the chosen floor."""
+    tops, answerable = [], []
+    for q in questions:
+        p = preds[f"{q.set}/{q.qid}"]
+        order = ranked(q, p)
+        tops.append(p[order[0]] if order else 0.0)
+        answerable.append(any(q.labels[i] for i in order[:10]))
+    tops_a = np.array(tops)
+    ans = np.array(answerable)
+    rows = [f"  {'floor':>6} {'empty (answer in top 10)':>25} {'empty (not)':>12}"]
+    chosen = 0.0
+    for t in np.round(np.arange(0.02, 0.42, 0.02), 2):
+        e_yes = float((tops_a[ans] < t).mean()) if ans.any() else 0.0
+        e_no = float((tops_a[~ans] < t).mean()) if (~ans).any() else 0.0
+        rows.append(f"  {t:>6.2f} {e_yes:>25.3f} {e_no:>12.3f}")
+        if e_yes <= empty:
+            chosen = float(t)
+    return chosen, rows
+
+
+def noise_table(questions: list[Question], preds: dict[str, np.ndarray], first: float, loss: float
+                ) -> tuple[float, list[str]]:
+    """Per floor for the second and third passage: R@3, noise (returned passages that do not answer
+    / returned) and passages returned per question; the chosen one is the highest floor that costs
+    at most ``loss`` of R@3 against none."""
+    rows = [f"  {'floor 2nd+':>10} {'R@3':>6} {'noise@3':>7} {'returned':>8}"]
+    chosen, base = 0.0, None
+    for t in np.round(np.arange(0.0, 0.52, 0.04), 2):
+        hits = returned = wrong = 0
+        for q in questions:
+            p = preds[f"{q.set}/{q.qid}"]
+            kept = [i for i in ranked(q, p)[:3] if p[i] >= first]
+            kept = kept[:1] + [i for i in kept[1:] if p[i] >= t]
+            hits += any(q.labels[i] for i in kept)
+            returned += len(kept)
+            wrong += sum(not q.labels[i] for i in kept)
+        r3 = hits / len(questions)
+        base = r3 if base is None else base
+        rows.append(f"  {t:>10.2f} {r3:>6.3f} {wrong / max(returned, 1):>7.3f} {returned / len(questions):>8.2f}")
+        if r3 >= base - loss:
+            chosen = float(t)
+    return chosen, rows
+
+
+def report(questions: list[Question], names: tuple[str, ...], empty: float) -> tuple[float, list[str]]:
+    preds = cross_validate(questions, names)
+    lines = [f"  {'set':<14} {'order':<10} {'n':>5} {'hit@1':>6} {'R@3':>6} {'nDCG@10':>7}"]
+    for s in sorted({q.set for q in questions}):
+        model, rrf = Tally(), Tally()
+        for q in questions:
+            if q.set == s:
+                model.add(q, preds[f"{q.set}/{q.qid}"])
+                rrf.add(q, q.rrf)
+        lines.append(f"  {s:<14} {'RRF':<10} {rrf.n:>5} {rrf.cells()}")
+        lines.append(f"  {s:<14} {'relevance':<10} {model.n:>5} {model.cells()}")
+    lines += reliability(questions, preds)
+    chosen, rows = floor_table([q for q in questions if q.set == "docs-train"], preds, empty)
+    lines += ["  the floor on docs-train (held-out predictions):", *rows, f"  chosen floor: {chosen:.2f}"]
+    docs = [q for q in questions if q.set == "docs-train"]
+    more, rows = noise_table(docs, preds, chosen, NOISE_LOSS)
+    lines += ["  the floor for the 2nd and 3rd passage on docs-train:", *rows, f"  chosen: {more:.2f}"]
+    FLOORS[names] = (chosen, more)
+    return chosen, lines
+
+
+def ablation(questions: list[Question], names: tuple[str, ...]) -> list[str]:
+    lines = [f"  {'without':<12} " + " ".join(f"{s + ' R@3':>18} {s + ' nDCG':>18}"
+                                             for s in sorted({q.set for q in questions}))]
+    for group, feats in [("(nothing)", ()), *sorted(GROUPS.items())]:
+        kept = tuple(n for n in names if n not in feats)
+        if len(kept) == len(names) and feats:
+            continue
+        cols = [names.index(n) for n in kept]
+        preds = cross_validate([replace(q, x=q.x[:, cols]) for q in questions], kept)
+        cells = []
+        for s in sorted({q.set for q in questions}):
+            t = Tally()
+            for q in questions:
+                if q.set == s:
+                    t.add(q, preds[f"{q.set}/{q.qid}"])
+            n = max(t.n, 1)
+            cells.append(f"{t.r3 / n:>18.3f} {t.ndcg / n:>18.3f}")
+        lines.append(f"  {group:<12} " + " ".join(cells))
+    return lines
+
+
+def literal(name: str, f: Fit) -> str:
+    def tup(xs: Any, fmt: str = "{:.6g}") -> str:
+        body = textwrap.fill(", ".join(fmt.format(v if isinstance(v, str) else float(v)) for v in xs) + ",",
+                             width=108, initial_indent=" " * 8, subsequent_indent=" " * 8)
+        return f"(\n{body}\n    )"
+
+    return (f"RelevanceModel(\n    name={name!r},\n    features={tup(f.names, '{!r}')},\n"
+            f"    weights={tup(f.weights)},\n    bias={f.bias:.6g},\n    means={tup(f.means)},\n"
+            f"    scales={tup(f.scales)},\n)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, nargs="+", help="collect_relevance.py's output files")
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--ablation", action="store_true")
+    parser.add_argument("--empty", type=float, default=0.01,
+                        help="the largest share of training questions answered in their top 10 the floor may empty")
+    args = parser.parse_args()
+    models: dict[str, Fit] = {}
+    floors: dict[str, float] = {}
+    for mode, names in (("lexical", LEXICAL_FEATURES), ("fused", LEXICAL_FEATURES + SEMANTIC_FEATURES)):
+        questions = load(args.data, mode, names)
+        print(f"{mode}: {len(questions)} questions, {sum(len(q.labels) for q in questions)} candidates")
+        floors[mode], lines = report(questions, names, args.empty)
+        print("\n".join(lines))
+        if args.ablation:
+            print("\n".join(ablation(questions, names)))
+        models[mode] = fit(questions, names)
+    if args.write:
+        MODELS.write_text(
+            '"""The shipped relevance models: written by ``scripts/fit_relevance.py --write`` from\n'
+            '``scripts/collect_relevance.py``\'s training data (docs-train and SciFact train; never docs-dev\n'
+            'or SciFact test). Do not edit by hand: refit."""\n\n'
+            "from knowledge.relevance import RelevanceModel\n\n"
+            f"LEXICAL = {literal('lexical', models['lexical'])}\n\n"
+            f"FUSED = {literal('fused', models['fused'])}\n\n"
+            "#: The relevance floor: the largest threshold that empties at most "
+            f"{args.empty:.0%} of the training\n#: questions whose top 10 holds an answer.\n"
+            f"MIN_RELEVANCE = {min(floors.values()):.2f}\n"
+            f"#: The floor of the second and third passage: the highest that costs at most {NOISE_LOSS:.0%} of\n"
+            "#: the training questions' recall@3.\n"
+            f"MIN_RELEVANCE_MORE = {min(m for _, m in FLOORS.values()):.2f}\n", encoding="utf-8")
+        print(f"wrote {MODELS}")
+
+
+if __name__ == "__main__":
+    main()
