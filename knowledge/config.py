@@ -95,6 +95,10 @@ class Settings(BaseModel):
     #: these 2 cores, 76-85 windows/s when the other core is idle and 43-49 when it is busy, where
     #: spinning threads fall to 7-33 (`scripts/bench_embedder.py`, README).
     embedder_threads: int = Field(default=2, ge=1, le=64)
+    #: The ranking policy's relevance floor (`knowledge.ranking.KNOWLEDGE_V2`): passages that
+    #: probably answer nothing are not returned, and a question nothing answers gets nothing.
+    #: False returns the best passages whatever their relevance (each still carries it).
+    relevance_floor: bool = True
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

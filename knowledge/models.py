@@ -229,6 +229,9 @@ class KnowledgeQuery(BaseModel):
     max_passages: int = Field(default=3, ge=0)
     max_per_document: int = Field(default=2, ge=1)
     min_score: float = 0.0
+    #: A host's own relevance floor (`RetrievedPassage.relevance`), over the policy's: a passage
+    #: below it is not returned. 0.3 keeps what about 3 in 10 times holds the answer or better.
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
     sensitivity_ceiling: Sensitivity = Sensitivity.INTERNAL  # the surface's ceiling
 
     @field_validator("as_of")

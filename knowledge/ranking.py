@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from uuid import UUID
 
@@ -74,6 +74,10 @@ class RankingPolicy:
     #: The floor for every passage after the first: a second or third passage that probably answers
     #: nothing is noise the agent has to read, while the first keeps the lower floor.
     min_relevance_more: float = 0.0
+
+    def unfloored(self) -> RankingPolicy:
+        """The same ranking without its relevance floors (the name is kept: the order is the same)."""
+        return replace(self, min_strength=0.0, min_relevance=0.0, min_relevance_more=0.0)
 
     @property
     def calibrated(self) -> bool:

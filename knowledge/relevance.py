@@ -12,6 +12,8 @@ Each candidate of a search — whichever arm found it — is described by the sa
 ``cosine``     its best window's cosine to the query (semantic model only)
 ``penalty``    the ranker's tiny-chunk and boilerplate penalty
 ``terms``      ``ln(1 + number of query lexemes)``
+``missing``    the idf-weighted share of the query's lexemes that no chunk of the tenant holds: a
+               question about something the corpus never names (the same for every candidate)
 ``doc_*``      its document's best bm25, coverage and cosine among the candidates, and
                ``doc_hits``, the share of the candidates from its document: a section of the
                document the question is about
@@ -40,7 +42,7 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 LEXICAL_FEATURES = ("bm25", "coverage", "heading", "proximity", "bm25_gap", "coverage_gap", "penalty", "terms",
-                    "doc_bm25", "doc_coverage", "doc_hits")
+                    "missing", "doc_bm25", "doc_coverage", "doc_hits")
 SEMANTIC_FEATURES = ("cosine", "cosine_gap", "doc_cosine")
 
 
@@ -63,6 +65,8 @@ class LexicalEvidence:
     avgdl: float
     lengths: dict[str, int] = field(default_factory=dict)
     matches: dict[str, list[Match]] = field(default_factory=dict)
+    #: The query's lexemes no chunk of the tenant holds.
+    missing: frozenset[str] = frozenset()
 
 
 def _bm25(matches: Sequence[Match], idf: Mapping[str, float], dl: int, avgdl: float) -> float:
@@ -121,6 +125,7 @@ def features(
             "proximity": proximity(matches, idf),
             "penalty": penalties.get(cid, 0.0),
             "terms": math.log1p(len(idf)),
+            "missing": sum(idf.get(t, 0.0) for t in lexical.missing) / total if total > 0 else 0.0,
         }
         if cosines is not None:
             f["cosine"] = cosines.get(cid, 0.0)

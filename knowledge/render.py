@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from knowledge.models import RetrievedPassage
+from knowledge.ranking import DEFAULT_POLICY
 
 PATH_SEPARATOR = " > "
 
@@ -136,7 +137,8 @@ def _render(as_of: str, policy: str, passages: Sequence[ParsedPassage]) -> str:
     return "".join(parts)
 
 
-def render_knowledge_block(passages: Sequence[RetrievedPassage], as_of: datetime, policy: str = "knowledge-v1") -> str:
+def render_knowledge_block(passages: Sequence[RetrievedPassage], as_of: datetime,
+                           policy: str = DEFAULT_POLICY.name) -> str:
     """The ``<knowledge>`` envelope around ``passages``, in the order given, texts whole and verbatim.
 
     Carries what the spec requires for each citation — title, heading path, chunk id, the

@@ -289,7 +289,8 @@ class Searcher:
         return select(ranked, min_score=query.min_score, max_passages=query.max_passages,
                       max_per_document=query.max_per_document, budget_tokens=query.budget_tokens,
                       strengths=strengths, min_strength=self.policy.min_strength,
-                      min_relevance=self.policy.min_relevance, min_relevance_more=self.policy.min_relevance_more)
+                      min_relevance=max(self.policy.min_relevance, query.min_relevance),
+                      min_relevance_more=max(self.policy.min_relevance_more, query.min_relevance))
 
 
 _CHUNK_SQL = """

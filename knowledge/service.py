@@ -55,6 +55,7 @@ from knowledge.models import (
     TrustLevel,
     Visibility,
 )
+from knowledge.ranking import DEFAULT_POLICY
 from knowledge.retry import retry_transient, typed_faults
 from knowledge.search import LexicalArm, Searcher, get_chunk
 from knowledge.semantic.arm import SemanticArm
@@ -137,7 +138,8 @@ class KnowledgeService:
         self.parser_pool = ParserPool()
         self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
         self.ingestor = Ingestor(db, self.artifacts, self.extractors)
-        self.searcher = Searcher(db, [LexicalArm()])
+        self.searcher = Searcher(db, [LexicalArm()],
+                                 policy=DEFAULT_POLICY if settings.relevance_floor else DEFAULT_POLICY.unfloored())
         #: The semantic arm's embedder child's owner, when the arm is on (`enable_semantic`).
         self.embedder: Embedder | None = None
         #: The semantic arm's embedding drain (the queue's consumer), when the arm is on.

@@ -7,6 +7,10 @@ with its features (`knowledge.relevance.features`, through `Searcher.features`) 
   docs-dev's files): both docs corpora ingested once, with every training question's heading hidden
   (`hide_headings`), into a tenant of their own; a candidate is relevant when it contains the
   question's answer quote. Its ``fold`` is the set's (by file).
+- **docs-cross** (``--cross``): unanswerable questions for the floor. Each docs-train question
+  asked of a tenant holding only the *other* docs corpus (an etcd heading of Argo CD's docs, an
+  Argo CD heading of etcd's): a question about software, in software words, that this corpus
+  cannot answer. Every candidate is labelled irrelevant; ``answerable`` is false.
 - **SciFact train** (809 claims with relevance judgements): every abstract a train claim cites plus
   a seeded sample of the others, up to ``--scifact`` abstracts in all (embedding all 5,183 would
   take a quarter hour on two cores); a candidate is relevant when its abstract is judged relevant.
@@ -74,6 +78,18 @@ async def run(args: argparse.Namespace) -> list[str]:
                         out.write(json.dumps({"set": "docs-train", "fold": q["fold"], "qid": q["id"], "mode": mode,
                                               "answerable": True, "cands": cands}) + "\n")
                 lines.append(f"docs-train: {len(questions)} questions")
+            if args.cross:
+                questions = build()
+                for corpus in ("docs-argocd", "docs-etcd"):
+                    tenant = f"train-only-{corpus}"
+                    await ingest_sources(svc, tenant, [s for s in docs_sources() if s.key.startswith(corpus + "/")])
+                    others = [q for q in questions if not q["file"].startswith(corpus + "/")]
+                    for q in others[::args.cross]:
+                        found = await ask(svc, tenant, q["question"], lambda c: False, lambda c: c.chunk_id)
+                        for mode, cands in found.items():
+                            out.write(json.dumps({"set": "docs-cross", "fold": q["fold"], "qid": q["id"],
+                                                  "mode": mode, "answerable": False, "cands": cands}) + "\n")
+                    lines.append(f"docs-cross: {len(others[::args.cross])} questions asked of {corpus} alone")
             if args.scifact:
                 data = load_scifact(split="train")
                 cited = {d for rel in data.qrels.values() for d in rel}
@@ -99,6 +115,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--scifact", type=int, default=2500, help="abstracts to ingest for SciFact train (0: none)")
     parser.add_argument("--docs", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--cross", type=int, default=2,
+                        help="docs-cross: every Nth docs-train question asked of the other corpus alone (0: none)")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     print_run(run, parser.parse_args())
 

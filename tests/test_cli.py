@@ -30,6 +30,7 @@ from knowledge.cli import main
 from knowledge.cli.ingest_cmd import detect_media_type
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
+from knowledge.ranking import DEFAULT_POLICY
 from knowledge.render import parse_knowledge_block
 from knowledge.scan import find_secrets
 from knowledge.service import KnowledgeService
@@ -219,7 +220,7 @@ def test_search_prints_the_rendered_block_or_json(knowledge: Cli, corpus: Path) 
     human = knowledge("search", "pelican rollback")
     assert human.code == 0
     attrs, passages = parse_knowledge_block(human.out.rstrip("\n"))
-    assert attrs["policy"] == "knowledge-v1" and passages
+    assert attrs["policy"] == DEFAULT_POLICY.name and passages
     assert passages[0].doc == "runbook.md" and "pelican release tag" in passages[0].text
 
     as_json = knowledge("--json", "search", "pelican rollback", "--budget", "2000", "--project", "ops")

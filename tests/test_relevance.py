@@ -70,7 +70,8 @@ def test_the_shipped_models_prefer_more_evidence(model: RelevanceModel) -> None:
     assert model.relevance(strong) > relevance_models.MIN_RELEVANCE > model.relevance(base)
 
 
-@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=14, max_size=14))
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=len(LEXICAL_FEATURES + SEMANTIC_FEATURES),
+                max_size=len(LEXICAL_FEATURES + SEMANTIC_FEATURES)))
 def test_relevance_is_a_probability_whatever_the_features(values: list[float]) -> None:
     x = dict(zip(LEXICAL_FEATURES + SEMANTIC_FEATURES, values, strict=True))
     for model in (relevance_models.LEXICAL, relevance_models.FUSED):

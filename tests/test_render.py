@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from knowledge.models import Authority, RetrievedPassage
+from knowledge.ranking import DEFAULT_POLICY
 from knowledge.render import ParsedPassage, parse_knowledge_block, render_knowledge_block
 
 AS_OF = datetime(2026, 7, 28, tzinfo=UTC)
@@ -75,7 +76,7 @@ def test_rendered_text_is_verbatim_after_parsing() -> None:
         passage(chunk_id="kc_3", heading_path=[], text=""),
     ]
     attrs, parsed = parse_knowledge_block(render_knowledge_block(ps, as_of=AS_OF))
-    assert attrs == {"as_of": "2026-07-28T00:00:00Z", "policy": "knowledge-v1"}
+    assert attrs == {"as_of": "2026-07-28T00:00:00Z", "policy": DEFAULT_POLICY.name}
     assert [p.text for p in parsed] == [p.text for p in ps]
     assert parsed[1] == ParsedPassage(doc='Guide "Prod" & <Ops>', path=["A > B", "C"], chunk="kc_2", doc_date=None,
                                       instruction_like=True, text=ps[1].text)

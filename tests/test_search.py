@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from knowledge.config import Settings
 from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Visibility
+from knowledge.ranking import DEFAULT_POLICY
 from knowledge.render import parse_knowledge_block, render_knowledge_block
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
@@ -218,6 +219,31 @@ async def test_search_of_nothing_returns_nothing(service: KnowledgeService, tena
     await ingest_text(service, tenant, "alice", GUIDE)
     for text in ["zzyzx unmatched", "the and of", "!!!"]:
         assert await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text)) == []
+
+
+@pytest.mark.anyio
+async def test_every_passage_carries_its_relevance_and_a_host_can_floor_it(service: KnowledgeService,
+                                                                             tenant: str) -> None:
+    await ingest_text(service, tenant, "alice", GUIDE)
+    await ingest_text(service, tenant, "alice", "# Notes\n\nA release is tagged by the release manager at the end of each "
+                      "week, after the nightly jobs have all passed their checks.\n")
+    ask = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="how do I roll back a release tag")
+    found = await service.search(ask)
+    assert found and "Roll back by reverting" in found[0].text
+    relevances = [p.relevance for p in found]
+    assert all(r is not None and 0.0 <= r <= 1.0 for r in relevances)
+    assert relevances == sorted(relevances, reverse=True)  # equal document terms: relevance orders them
+    bar = found[0].relevance
+    assert bar is not None
+    higher = await service.search(ask.model_copy(update={"min_relevance": bar}))
+    assert [p.chunk_id for p in higher] == [p.chunk_id for p in found if p.relevance is not None and p.relevance >= bar]
+    assert await service.search(ask.model_copy(update={"min_relevance": min(bar + 1e-6, 1.0)})) == []
+    # The notes match one word of the question: below the floor, unless the host turns it off.
+    assert len(found) == 1
+    async with KnowledgeService.open(service.settings.model_copy(update={"relevance_floor": False})) as unfloored:
+        everything = await unfloored.search(ask)
+    assert [p.chunk_id for p in everything][:1] == [found[0].chunk_id] and len(everything) == 2
+    assert everything[1].relevance is not None and everything[1].relevance < DEFAULT_POLICY.min_relevance_more
 
 
 QA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from knowledge.config import Settings
 from knowledge.lifecycle import DeletedChunk
 from knowledge.memory_boundary import Belief
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, Sensitivity
@@ -35,6 +36,14 @@ from tests.test_turn import guide, ingest_text, owner, request
 LEVELS = list(Sensitivity)
 SHA = "ab" * 32
 WHEN = datetime(2026, 7, 28, tzinfo=UTC)
+
+
+@pytest.fixture
+def settings(database_dsn: str) -> Settings:
+    """These tests are about budgets and traces of passages that match their query only in part:
+    they run without the relevance floor (`Settings.relevance_floor`), which would withhold them."""
+    return Settings(dsn=database_dsn, pool_min_size=1, pool_max_size=4, sweep_interval_seconds=None,
+                    relevance_floor=False, application_name=f"kt-{uuid.uuid4().hex[:10]}")
 
 
 def traced_passage(i: int, sensitivity: Sensitivity, block: str = SHA) -> TracedPassage:

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from knowledge.config import Settings
@@ -30,6 +31,14 @@ from knowledge.trace import block_sha256, rerender, resolve_chunks
 from knowledge.turn import TurnRequest
 
 TOPICS = ["rollback", "failover", "snapshot", "compaction", "quorum", "defrag"]
+
+
+@pytest.fixture
+def settings(database_dsn: str) -> Settings:
+    """These tests are about budgets and traces of passages that match their query only in part:
+    they run without the relevance floor (`Settings.relevance_floor`), which would withhold them."""
+    return Settings(dsn=database_dsn, pool_min_size=1, pool_max_size=4, sweep_interval_seconds=None,
+                    relevance_floor=False, application_name=f"kt-{uuid.uuid4().hex[:10]}")
 
 
 def owner(tenant: str, name: str = "alice") -> Principal:
@@ -79,14 +88,14 @@ def request(tenant: str, text: str, region: int, belief_tokens: Sequence[int] = 
 def test_gate_trace_completeness(database_dsn: str, backend: str) -> None:
     """For sampled turns, the trace lists exactly the rendered passages, in order, and re-rendering
     them (texts resolved by chunk id) reproduces the rendered block whose hash the trace records."""
-    cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4)
+    cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4, relevance_floor=False)
     tenant = f"t-{uuid.uuid4().hex[:10]}"
     seen = {"rendered": 0, "yielded": 0, "empty": 0}
     with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
             KnowledgeService.open(cfg)) as svc:
         portal.call(ingest_corpus, svc, tenant)
 
-        @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(words=st.lists(st.sampled_from([*TOPICS, "unrelated"]), min_size=1, max_size=3),
                region=st.integers(0, 6000), belief_tokens=st.lists(st.integers(1, 120), max_size=30))
         @example(words=["rollback", "snapshot"], region=10_000, belief_tokens=[])

@@ -33,6 +33,8 @@ def search(
     budget: Annotated[int, typer.Option(min=0, help="Token budget for the passages.")] = 3000,
     max_passages: Annotated[int, typer.Option(min=0)] = 3,
     ceiling: Annotated[Sensitivity, typer.Option(help="The surface's sensitivity ceiling.")] = Sensitivity.INTERNAL,
+    min_relevance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Return only passages at least this likely "
+                                                 "to answer (the passages' calibrated relevance).")] = 0.0,
 ) -> int:
     """Search as --principal of --tenant and print the rendered <knowledge> block (or, with --json,
     the passages and the block)."""
@@ -42,15 +44,15 @@ def search(
         raise CliError("the query is empty")
     request = KnowledgeQuery(tenant_id=opts.tenant, principal_id=opts.principal_id, current_scope=project,
                              text=query, as_of=when, budget_tokens=budget, max_passages=max_passages,
-                             sensitivity_ceiling=ceiling)
+                             sensitivity_ceiling=ceiling, min_relevance=min_relevance)
 
-    async def run() -> list[RetrievedPassage]:
+    async def run() -> tuple[list[RetrievedPassage], str]:
         async with open_service(opts) as svc:
-            return await svc.search(request)
+            return await svc.search(request), svc.searcher.policy.name
 
-    passages = opts.run(run)
+    passages, policy = opts.run(run)
     rendered_at = when or datetime.now(UTC)
-    block = render_knowledge_block(passages, as_of=rendered_at)
+    block = render_knowledge_block(passages, as_of=rendered_at, policy=policy)
     if opts.out.json:
         opts.out.emit_json({"query": request, "as_of": rendered_at, "passages": passages, "block": block})
     else:
