@@ -225,8 +225,9 @@ async def test_search_of_nothing_returns_nothing(service: KnowledgeService, tena
 async def test_every_passage_carries_its_relevance_and_a_host_can_floor_it(service: KnowledgeService,
                                                                              tenant: str) -> None:
     await ingest_text(service, tenant, "alice", GUIDE)
-    await ingest_text(service, tenant, "alice", "# Notes\n\nA release is tagged by the release manager at the end of each "
-                      "week, after the nightly jobs have all passed their checks.\n")
+    notes = ("# Notes\n\nA release is tagged by the release manager at the end of each week, after the "
+             "nightly jobs have all passed their checks.\n")
+    await ingest_text(service, tenant, "alice", notes)
     ask = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="how do I roll back a release tag")
     found = await service.search(ask)
     assert found and "Roll back by reverting" in found[0].text
