@@ -99,6 +99,9 @@ class Settings(BaseModel):
     #: probably answer nothing are not returned, and a question nothing answers gets nothing.
     #: False returns the best passages whatever their relevance (each still carries it).
     relevance_floor: bool = True
+    #: Candidates each arm hands to the relevance model per search: fewer is faster and finds less
+    #: (`scripts/eval_retrieval.py` prints recall@3 and latency per value; README "Search").
+    search_candidates: int = Field(default=50, ge=1, le=1000)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

@@ -14,9 +14,8 @@ Each candidate of a search — whichever arm found it — is described by the sa
 ``terms``      ``ln(1 + number of query lexemes)``
 ``missing``    the idf-weighted share of the query's lexemes that no chunk of the tenant holds: a
                question about something the corpus never names (the same for every candidate)
-``doc_*``      its document's best bm25, coverage and cosine among the candidates, and
-               ``doc_hits``, the share of the candidates from its document: a section of the
-               document the question is about
+``doc_*``      its document's best bm25, coverage and cosine among the candidates: a section of
+               the document the question is about
 
 and a logistic model over them (`RelevanceModel`) gives ``relevance`` in [0, 1]. The weights are
 fitted (`scripts/fit_relevance.py`) on training data only — the weakly labelled docs set of
@@ -42,7 +41,7 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 
 LEXICAL_FEATURES = ("bm25", "coverage", "heading", "proximity", "bm25_gap", "coverage_gap", "penalty", "terms",
-                    "missing", "doc_bm25", "doc_coverage", "doc_hits")
+                    "missing", "doc_bm25", "doc_coverage")
 SEMANTIC_FEATURES = ("cosine", "cosine_gap", "doc_cosine")
 
 
@@ -145,18 +144,23 @@ def add_document_features(feats: dict[str, dict[str, float]], documents: Mapping
     by_doc: dict[Hashable, list[dict[str, float]]] = {}
     for cid, f in feats.items():
         by_doc.setdefault(documents.get(cid, cid), []).append(f)
-    n = max(len(feats), 1)
     for group in by_doc.values():
         best = {name: max(f[name] for f in group) for name in ("bm25", "coverage", "cosine") if name in group[0]}
         for f in group:
             for name, value in best.items():
                 f[f"doc_{name}"] = value
-            f["doc_hits"] = len(group) / n
+
+
+#: Standardized features are clipped to this many scales from their training mean: a search unlike
+#: any the model was fitted on (a tenant of three documents, a one-word query) must not push a
+#: feature far outside the range its weight was fitted over.
+CLIP = 4.0
 
 
 @dataclass(frozen=True)
 class RelevanceModel:
-    """``relevance = 1 / (1 + exp(-(bias + Σ weight·(x - mean) / scale)))`` over named features."""
+    """``relevance = 1 / (1 + exp(-(bias + Σ weight·clip((x - mean) / scale))))`` over named
+    features (`CLIP`)."""
 
     name: str
     features: tuple[str, ...]
@@ -173,7 +177,7 @@ class RelevanceModel:
             raise ValueError("scales must be positive")
 
     def logit(self, x: Mapping[str, float]) -> float:
-        return self.bias + sum(w * (x[f] - m) / s for f, w, m, s in
+        return self.bias + sum(w * min(max((x[f] - m) / s, -CLIP), CLIP) for f, w, m, s in
                                zip(self.features, self.weights, self.means, self.scales, strict=True))
 
     def relevance(self, x: Mapping[str, float]) -> float:

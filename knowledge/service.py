@@ -138,7 +138,7 @@ class KnowledgeService:
         self.parser_pool = ParserPool()
         self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
         self.ingestor = Ingestor(db, self.artifacts, self.extractors)
-        self.searcher = Searcher(db, [LexicalArm()],
+        self.searcher = Searcher(db, [LexicalArm()], arm_limit=settings.search_candidates,
                                  policy=DEFAULT_POLICY if settings.relevance_floor else DEFAULT_POLICY.unfloored())
         #: The semantic arm's embedder child's owner, when the arm is on (`enable_semantic`).
         self.embedder: Embedder | None = None

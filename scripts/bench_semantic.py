@@ -1,7 +1,7 @@
 """What the semantic arm costs, and whether filtered ANN keeps a small tenant's recall (issue 11).
 
     .venv/bin/python scripts/bench_semantic.py [--folder docs-argocd/operator-manual] [--copies 24]
-                                               [--mid 5,10] [--loop trio|asyncio]
+                                               [--mid 5,10] [--loop trio|asyncio] [--search-only]
 
 On a throwaway embedded PostgreSQL, every Markdown file of ``--folder`` (default: the Argo CD
 operator manual, 157 files, 1.2 MB):
@@ -12,8 +12,9 @@ operator manual, 157 files, 1.2 MB):
    the very windows (the arm's floor: what embedding costs without a child, a database or an
    event loop). ``--folder . --ingest-only``: both docs corpora, this table only.
 2. **Search**, the 68 docs-dev questions sequentially after a warm-up: `knowledge.search` lexical-only
-   and fused, each arm alone, and the bare ANN statement (tenant predicate only, query vector
-   precomputed) as the SQL floor. p50 and p99.
+   and fused, each under the shipped ranking and under ``knowledge-v1`` (no relevance model: what
+   the model costs), each arm alone, and the bare ANN statement (tenant predicate only, query
+   vector precomputed) as the SQL floor. p50 and p99. ``--search-only`` stops here.
 3. **A small tenant in a large table**: the arm's tenant is copied in SQL (artifacts, documents,
    chunk sets, chunks, vectors; every key is tenant-scoped, so a copy is a tenant of its own) into
    ``--copies`` other tenants, the HNSW index rebuilt over all of them; then, for the small tenant
@@ -39,6 +40,7 @@ from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms, print_run
 from knowledge.config import Settings
 from knowledge.ingest import prepare
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
+from knowledge.ranking import KNOWLEDGE_V1
 from knowledge.semantic.arm import _SCAN_OPTIONS, SemanticArm
 from knowledge.semantic.encoder import DIM, Encoder
 from knowledge.semantic.store import index_name, model_literal
@@ -218,10 +220,12 @@ async def run(args: argparse.Namespace) -> list[str]:
                        f"{median_ms(during):.1f} ms, p99 {p99_ms(during):.1f} ms; {without} went on without the arm")
             if args.ingest_only:
                 return out
-            floor_s, floor_passages, floor_windows = encoder_floor(paths, svc.settings.semantic_window)
-            out.append(f"encoder alone, in process              {floor_s:7.1f}  {size_mb / floor_s:7.3f}  "
-                       f"{1000 * floor_s / floor_passages:9.1f}   the drain = {floor_s / full_s:.2f}x of the "
-                       f"encoder's pace ({floor_windows} windows, {floor_windows / floor_passages:.2f} per passage)")
+            if not args.search_only:
+                floor_s, floor_passages, floor_windows = encoder_floor(paths, svc.settings.semantic_window)
+                out.append(f"encoder alone, in process              {floor_s:7.1f}  {size_mb / floor_s:7.3f}  "
+                           f"{1000 * floor_s / floor_passages:9.1f}   the drain = {floor_s / full_s:.2f}x of the "
+                           f"encoder's pace ({floor_windows} windows, {floor_windows / floor_passages:.2f} per "
+                           "passage)")
             await svc.db.execute("VACUUM ANALYZE")
             lexical, sem = svc.searcher.arms
             assert isinstance(sem, SemanticArm)
@@ -231,7 +235,9 @@ async def run(args: argparse.Namespace) -> list[str]:
                             ORDER BY (e.embedding::vector({DIM}) <=> $2::vector({DIM})) + 0 LIMIT {LIMIT * 4}"""
             by_vec = dict(zip(texts, vectors, strict=True))
             rows = [
-                ("knowledge.search, fused", await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
+                (f"knowledge.search, fused ({svc.searcher.policy.name})",
+                 await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
+                *await without_relevance(svc, texts, "fused"),
                 ("lexical arm alone", await timed(texts, lambda t: lexical.search(svc.db, q(SEMANTIC, t), LIMIT))),
                 ("semantic arm alone (with query embedding)",
                  await timed(texts, lambda t: sem.search(svc.db, q(SEMANTIC, t), LIMIT))),
@@ -241,10 +247,14 @@ async def run(args: argparse.Namespace) -> list[str]:
             ]
             degraded = svc.searcher.without[sem.name]
         async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
-            rows.insert(0, ("knowledge.search, lexical-only", await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))))
+            rows[:0] = [(f"knowledge.search, lexical-only ({svc.searcher.policy.name})",
+                         await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
+                        *await without_relevance(svc, texts, "lexical-only")]
         out += ["", f"search ({len(texts)} docs-dev questions, sequential)   p50 ms   p99 ms"]
         out += [f"{name:<44} {median_ms(s):7.1f}  {p99_ms(s):7.1f}" for name, s in rows]
         out.append(f"(fused searches that went on without the semantic arm: {degraded})")
+        if args.search_only:
+            return out
 
         async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
             lexical, sem = svc.searcher.arms
@@ -272,6 +282,18 @@ async def run(args: argparse.Namespace) -> list[str]:
     return out
 
 
+async def without_relevance(svc: KnowledgeService, texts: Sequence[str], label: str
+                            ) -> list[tuple[str, list[float]]]:
+    """The same searches ranked by `KNOWLEDGE_V1` (reciprocal-rank fusion, no relevance model): what
+    the relevance model costs."""
+    saved, svc.searcher.policy = svc.searcher.policy, KNOWLEDGE_V1
+    try:
+        return [(f"knowledge.search, {label} ({KNOWLEDGE_V1.name})",
+                 await timed(texts, lambda t: svc.search(q(SEMANTIC, t))))]
+    finally:
+        svc.searcher.policy = saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--folder", default="docs-argocd/operator-manual")
@@ -281,6 +303,8 @@ def main() -> None:
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     parser.add_argument("--threads", type=int, default=Settings.model_fields["embedder_threads"].default,
                         help="the embedder child's encoder threads")
+    parser.add_argument("--search-only", action="store_true",
+                        help="stop after the search table (no encoder floor, no copies)")
     parser.add_argument("--ingest-only", action="store_true",
                         help="only the ingest table: time to searchable and to fully embedded (e.g. --folder .)")
     print_run(run, parser.parse_args())

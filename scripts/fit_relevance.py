@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from knowledge.relevance import LEXICAL_FEATURES, SEMANTIC_FEATURES, add_document_features
+from knowledge.relevance import CLIP, LEXICAL_FEATURES, SEMANTIC_FEATURES, add_document_features
 
 MODELS = Path(__file__).resolve().parents[1] / "knowledge" / "relevance_models.py"
 L2 = 1.0
@@ -48,7 +48,7 @@ FLOORS: dict[tuple[str, ...], tuple[float, float]] = {}
 GROUPS = {
     "bm25": ("bm25", "bm25_gap"), "coverage": ("coverage", "coverage_gap"), "heading": ("heading",),
     "proximity": ("proximity",), "cosine": ("cosine", "cosine_gap"),
-    "document": ("doc_bm25", "doc_coverage", "doc_hits", "doc_cosine"),
+    "document": ("doc_bm25", "doc_coverage", "doc_cosine"),
     "penalty": ("penalty",), "terms": ("terms", "missing"),
 }
 
@@ -95,7 +95,7 @@ class Fit:
     scales: np.ndarray
 
     def logit(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(self.bias + ((x - self.means) / self.scales) @ self.weights)
+        return np.asarray(self.bias + np.clip((x - self.means) / self.scales, -CLIP, CLIP) @ self.weights)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(1 / (1 + np.exp(-self.logit(x))))
@@ -111,7 +111,7 @@ def fit(questions: list[Question], names: tuple[str, ...]) -> Fit:
     means = x.mean(axis=0)
     scales = x.std(axis=0)
     scales[scales < 1e-6] = 1.0
-    z = np.hstack([np.ones((len(x), 1)), (x - means) / scales])
+    z = np.hstack([np.ones((len(x), 1)), np.clip((x - means) / scales, -CLIP, CLIP)])
     beta = np.zeros(z.shape[1])
     reg = np.full(z.shape[1], L2)
     reg[0] = 0.0

@@ -247,6 +247,17 @@ async def test_every_passage_carries_its_relevance_and_a_host_can_floor_it(servi
     assert everything[1].relevance is not None and everything[1].relevance < DEFAULT_POLICY.min_relevance_more
 
 
+@pytest.mark.anyio
+async def test_a_passage_that_holds_a_one_word_question_is_returned(service: KnowledgeService, tenant: str) -> None:
+    """Short queries and small tenants lie outside what the model was fitted on (its features are
+    clipped): a passage holding the one word asked is still returned, and a word nothing holds
+    returns nothing."""
+    await ingest_text(service, tenant, "alice", GUIDE)
+    found = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback"))
+    assert [p.heading_path[-1] for p in found] == ["Deployment Guide"]
+    assert await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="pelican")) == []
+
+
 QA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"
 # The shipped default (the semantic arm on, ranking knowledge-v2: the calibrated relevance and its
 # floor; 3 passages / 3,000 tokens). Measured (`scripts/eval_retrieval.py --semantic`): see
