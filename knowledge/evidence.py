@@ -25,7 +25,7 @@ from knowledge.relevance import LexicalEvidence, Match
 from knowledge.store.db import Database
 
 # $1 tenant, $2 query text, $3 candidate chunk ids. Rows with a NULL chunk id carry a query
-# lexeme's document frequency and idf (every lexeme, matched or not) and the tenant's mean chunk length.
+# lexeme's idf (every lexeme, matched or not) and the tenant's mean chunk length.
 _SQL = f"""
 WITH q AS (SELECT DISTINCT u.lexeme AS term FROM unnest(to_tsvector('{TS_CONFIG}', $2)) AS u),
 stats AS (
@@ -33,36 +33,33 @@ stats AS (
     FROM knowledge_tenant_stats WHERE tenant_id = $1
 ),
 terms AS (
-    SELECT q.term, f.df, ln(1 + (greatest(s.n, f.df) - f.df + 0.5) / (f.df + 0.5)) AS idf,
-           greatest(s.len / s.n, 1) AS avgdl
+    SELECT q.term, ln(1 + (greatest(s.n, f.df) - f.df + 0.5) / (f.df + 0.5)) AS idf, greatest(s.len / s.n, 1) AS avgdl
     FROM q CROSS JOIN stats s
     CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM knowledge_postings p
                         WHERE p.tenant_id = $1 AND p.term = q.term) AS f
 )
-SELECT NULL::text AS chunk_id, t.term, t.idf, t.df, t.avgdl AS dl, NULL::int[] AS positions, NULL::text[] AS weights
+SELECT NULL::text AS chunk_id, t.term, t.idf, t.avgdl AS dl, NULL::int[] AS positions, NULL::text[] AS weights
 FROM terms t
 UNION ALL
-SELECT ci.chunk_id, u.lexeme, NULL, NULL, ci.dl::float8, u.positions::int[], u.weights::text[]
+SELECT ci.chunk_id, u.lexeme, NULL, ci.dl::float8, u.positions::int[], u.weights::text[]
 FROM knowledge_chunk_index ci CROSS JOIN LATERAL unnest(ci.tsv) AS u
 WHERE ci.tenant_id = $1 AND ci.chunk_id = ANY($3::text[]) AND u.lexeme IN (SELECT term FROM q)
 """
+
 
 async def lexical_evidence(db: Database, tenant_id: str, text: str, chunk_ids: Sequence[str]) -> LexicalEvidence:
     """The lexical evidence for ``chunk_ids`` (see the module docstring), in one statement."""
     rows = await db.fetch(_SQL, tenant_id, text, list(chunk_ids))
     idf: dict[str, float] = {}
-    missing: set[str] = set()
     avgdl = 1.0
     matches: dict[str, list[Match]] = {}
     lengths: dict[str, int] = {}
     for r in rows:
         if r["chunk_id"] is None:
             idf[r["term"]] = float(r["idf"])
-            if r["df"] == 0:
-                missing.add(r["term"])
             avgdl = float(r["dl"])
         else:
             lengths[r["chunk_id"]] = int(r["dl"])
             matches.setdefault(r["chunk_id"], []).append(
                 Match(r["term"], tuple(r["positions"] or ()), "A" in (r["weights"] or ())))
-    return LexicalEvidence(idf=idf, avgdl=avgdl, lengths=lengths, matches=matches, missing=frozenset(missing))
+    return LexicalEvidence(idf=idf, avgdl=avgdl, lengths=lengths, matches=matches)

@@ -10,10 +10,6 @@ Each candidate of a search — whichever arm found it — is described by the sa
                consecutive positions: the terms asked together, found together
 ``*_gap``      how far behind the search's best candidate it is, for bm25, coverage and cosine
 ``cosine``     its best window's cosine to the query (semantic model only)
-``penalty``    the ranker's tiny-chunk and boilerplate penalty
-``terms``      ``ln(1 + number of query lexemes)``
-``missing``    the idf-weighted share of the query's lexemes that no chunk of the tenant holds: a
-               question about something the corpus never names (the same for every candidate)
 ``doc_*``      its document's best bm25, coverage and cosine among the candidates: a section of
                the document the question is about
 
@@ -40,8 +36,8 @@ PROXIMITY_SPAN = 8
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-LEXICAL_FEATURES = ("bm25", "coverage", "heading", "proximity", "bm25_gap", "coverage_gap", "penalty", "terms",
-                    "missing", "doc_bm25", "doc_coverage")
+LEXICAL_FEATURES = ("bm25", "coverage", "heading", "proximity", "bm25_gap", "coverage_gap",
+                    "doc_bm25", "doc_coverage")
 SEMANTIC_FEATURES = ("cosine", "cosine_gap", "doc_cosine")
 
 
@@ -64,8 +60,6 @@ class LexicalEvidence:
     avgdl: float
     lengths: dict[str, int] = field(default_factory=dict)
     matches: dict[str, list[Match]] = field(default_factory=dict)
-    #: The query's lexemes no chunk of the tenant holds.
-    missing: frozenset[str] = frozenset()
 
 
 def _bm25(matches: Sequence[Match], idf: Mapping[str, float], dl: int, avgdl: float) -> float:
@@ -103,7 +97,6 @@ def features(
     lexical: LexicalEvidence,
     *,
     documents: Mapping[str, Hashable],
-    penalties: Mapping[str, float],
     cosines: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Every candidate's features by chunk id (see the module docstring); ``documents`` maps each
@@ -122,9 +115,6 @@ def features(
             "coverage": held / total if total > 0 else 0.0,
             "heading": in_heading / total if total > 0 else 0.0,
             "proximity": proximity(matches, idf),
-            "penalty": penalties.get(cid, 0.0),
-            "terms": math.log1p(len(idf)),
-            "missing": sum(idf.get(t, 0.0) for t in lexical.missing) / total if total > 0 else 0.0,
         }
         if cosines is not None:
             f["cosine"] = cosines.get(cid, 0.0)

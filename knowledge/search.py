@@ -35,9 +35,10 @@ from knowledge.errors import KnowledgeError
 from knowledge.evidence import lexical_evidence
 from knowledge.ingest import TS_CONFIG
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
-from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, penalty_term, rank, select
+from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
 from knowledge.relevance import LexicalEvidence, features
 from knowledge.store.db import Database, Record
+from knowledge.structured import run_both
 
 _log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ class Searcher:
                        ) -> dict[str, dict[str, float]]:
         """Every candidate's relevance features (`knowledge.relevance.features`): its lexical
         evidence and, when a semantic arm answered this search, every candidate's cosine — the two
-        statements run concurrently in this call's task group."""
+        statements run concurrently (`run_both`: the first failure raised unwrapped)."""
         ids = [c.chunk_id for c in candidates]
         semantic = next((a for a in self.arms if isinstance(a, CosineArm)
                          and any(a.name in c.arm_ranks for c in candidates)), None)
@@ -261,20 +262,19 @@ class Searcher:
             nonlocal lexical
             lexical = await lexical_evidence(self.db, query.tenant_id, query.text, ids)
 
-        async def read_cosines(arm: CosineArm) -> None:
+        async def read_cosines() -> None:
             nonlocal cosines
+            assert semantic is not None
             try:
-                cosines = await arm.cosines(self.db, query, ids)
+                cosines = await semantic.cosines(self.db, query, ids)
             except ArmUnavailable:
                 cosines = None  # judged by the lexical model, as if the arm had not answered
 
-        if ids:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(read_lexical)
-                if semantic is not None:
-                    tg.start_soon(read_cosines, semantic)
-        return features(ids, lexical, documents={c.chunk_id: c.document_id for c in candidates},
-                        penalties={c.chunk_id: penalty_term(c, self.policy) for c in candidates}, cosines=cosines)
+        if ids and semantic is not None:
+            await run_both(read_lexical, read_cosines)
+        elif ids:
+            await read_lexical()
+        return features(ids, lexical, documents={c.chunk_id: c.document_id for c in candidates}, cosines=cosines)
 
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """Ranked, capped, floored and budgeted passages; never truncated."""

@@ -99,3 +99,22 @@ async def call_in_group(group: TaskGroup, fn: Callable[..., Awaitable[T]], *args
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
+
+
+async def run_both(first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]]) -> None:
+    """Run two calls concurrently in this call's task group; the first failure stops the other and
+    is raised unwrapped (a caller sees the database's own error, not an ExceptionGroup)."""
+    errors: list[Exception] = []
+
+    async def one(fn: Callable[[], Awaitable[Any]], tg: TaskGroup) -> None:
+        try:
+            await fn()
+        except Exception as exc:  # the first failure, raised unwrapped; the other call stops
+            errors.append(exc)
+            tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, first, tg)
+        tg.start_soon(one, second, tg)
+    if errors:
+        raise errors[0]

@@ -49,7 +49,7 @@ GROUPS = {
     "bm25": ("bm25", "bm25_gap"), "coverage": ("coverage", "coverage_gap"), "heading": ("heading",),
     "proximity": ("proximity",), "cosine": ("cosine", "cosine_gap"),
     "document": ("doc_bm25", "doc_coverage", "doc_cosine"),
-    "penalty": ("penalty",), "terms": ("terms", "missing"),
+
 }
 
 

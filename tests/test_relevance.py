@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -43,15 +41,15 @@ def test_features_measure_coverage_heading_and_gaps() -> None:
         a=[Match("snapshot", (1, 20), True), Match("restor", (2, 21), True), Match("etcd", (30,), False)],
         b=[Match("etcd", (5,), False)],
     )
-    f = features(["a", "b", "c"], ev, documents={"a": 1, "b": 2, "c": 2}, penalties={"c": 0.5})
+    f = features(["a", "b", "c"], ev, documents={"a": 1, "b": 2, "c": 2})
     assert f["a"]["coverage"] == pytest.approx(1.0) and f["a"]["heading"] == pytest.approx(5 / 6)
     assert f["b"]["coverage"] == pytest.approx(1 / 6) and f["b"]["heading"] == 0.0
-    assert f["c"]["coverage"] == 0.0 and f["c"]["bm25"] == 0.0 and f["c"]["penalty"] == 0.5
+    assert f["c"]["coverage"] == 0.0 and f["c"]["bm25"] == 0.0
     assert f["a"]["bm25"] > f["b"]["bm25"] > 0 and f["a"]["bm25_gap"] == 0.0 and f["b"]["bm25_gap"] > 0
     # Document features: the best of its document's candidates, and its share of them.
     assert f["c"]["doc_bm25"] == f["b"]["bm25"] and f["c"]["doc_coverage"] == f["b"]["coverage"]
     assert set(f["a"]) == set(LEXICAL_FEATURES)
-    g = features(["a", "b"], ev, documents={"a": 1, "b": 1}, penalties={}, cosines={"a": 0.3, "b": 0.7})
+    g = features(["a", "b"], ev, documents={"a": 1, "b": 1}, cosines={"a": 0.3, "b": 0.7})
     assert set(g["a"]) == set(LEXICAL_FEATURES + SEMANTIC_FEATURES)
     assert g["a"]["cosine_gap"] == pytest.approx(0.4) and g["a"]["doc_cosine"] == 0.7
 
@@ -59,8 +57,7 @@ def test_features_measure_coverage_heading_and_gaps() -> None:
 @pytest.mark.parametrize("model", [relevance_models.LEXICAL, relevance_models.FUSED], ids=lambda m: m.name)
 def test_the_shipped_models_prefer_more_evidence(model: RelevanceModel) -> None:
     """More of the query found, found in the heading and found together: never less relevant."""
-    base = {name: 0.0 for name in model.features} | {"terms": math.log1p(3), "bm25_gap": 0.6,
-                                                       "coverage_gap": 1.0}
+    base = {name: 0.0 for name in model.features} | {"bm25_gap": 0.6, "coverage_gap": 1.0}
     strong = base | {"bm25": 0.6, "coverage": 1.0, "heading": 0.5, "proximity": 1.0, "bm25_gap": 0.0,
                      "coverage_gap": 0.0, "doc_bm25": 0.6, "doc_coverage": 1.0}
     if "cosine" in model.features:
