@@ -125,10 +125,13 @@ class SemanticArm:
         self._exact = _sql(self.version, self.dim, exact=True)
         self._cosines = _cosine_sql(self.version, self.dim)
 
-    async def _query_vector(self, text: str) -> str:
+    async def _query_vector(self, text: str, *, cached: bool) -> str:
         """The query's vector, or `ArmUnavailable` at once while no child serves (starting,
-        restarting) and after `query_wait_seconds` (a child busy past one batch)."""
-        if (known := self._vectors.get(text)) is not None:
+        restarting) and after `query_wait_seconds` (a child busy past one batch). With ``cached``,
+        a vector this arm computed for the same text lately is reused (`cosines` right after
+        `search`); `search` itself always asks the child, so a search during an outage is exactly
+        the lexical-only one."""
+        if cached and (known := self._vectors.get(text)) is not None:
             self._vectors.move_to_end(text)
             return known
         if not self.embedder.serving:
@@ -146,7 +149,7 @@ class SemanticArm:
             message=f"the query's embedding took over {self.query_wait_seconds:g} s"))
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
-        vector = await self._query_vector(query.text)
+        vector = await self._query_vector(query.text, cached=False)
         args = (query.tenant_id, vector, limit * WINDOWS_PER_CHUNK, limit, query.principal_id, query.current_scope,
                 query.sensitivity_ceiling.admitted(), query.as_of)
         async with db.transaction() as tx:
@@ -163,6 +166,6 @@ class SemanticArm:
     async def cosines(self, db: Database, query: KnowledgeQuery, chunk_ids: Sequence[str]) -> dict[str, float]:
         """The best window's cosine to the query for each of ``chunk_ids`` that has vectors of this
         model version (candidates already admitted by an arm; read within the tenant)."""
-        vector = await self._query_vector(query.text)
+        vector = await self._query_vector(query.text, cached=True)
         rows = await db.fetch(self._cosines, query.tenant_id, vector, list(chunk_ids))
         return {r["chunk_id"]: float(r["cosine"]) for r in rows}
