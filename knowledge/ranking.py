@@ -2,7 +2,9 @@
 
 ``score = w_match·match + w_authority·authority + w_scope·scope_affinity + w_recency·recency − w_penalty·penalty``
 
-Every term is in 0..1. ``match`` is reciprocal-rank fusion (k = 60) normalised so that rank 1 in
+Every term is in 0..1. Under ``knowledge-v2`` (the default, issue 19) ``match`` is the passage's
+calibrated relevance (`knowledge.relevance`) and the floor is on that relevance; under
+``knowledge-v1`` ``match`` is reciprocal-rank fusion (k = 60) normalised so that rank 1 in
 every arm is 1.0; with one arm, rank 1 → 1.000, rank 2 → 0.984, rank 8 → 0.897, rank 50 → 0.555.
 
 Why these weights (`KNOWLEDGE_V1`, hand-set, to be eval-tuned under a new policy name):

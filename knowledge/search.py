@@ -1,4 +1,4 @@
-"""Retrieval: query -> arms -> fusion -> rank -> cap -> floor -> budget (ADR-0033, "Retrieval").
+"""Retrieval: query -> arms -> relevance -> rank -> floor -> cap -> budget (ADR-0033, "Retrieval").
 
 The lexical arm is BM25 computed inside PostgreSQL from the postings table (migration 0003):
 
@@ -12,8 +12,12 @@ sensitivity ceiling, the live version or the version valid at ``as_of``) until `
 admissible chunks are found. The predicates are in the SQL that fetches candidates; nothing is
 filtered after ranking.
 
-Arms return ranked candidates into reciprocal-rank fusion (`knowledge.ranking`), so a semantic arm
-plugs in beside the lexical one by configuration. An arm that cannot answer for now raises
+Arms return ranked candidates; the union is judged by the calibrated relevance model
+(`Searcher.features`: `knowledge.evidence` reads every candidate's lexical evidence again, and the
+semantic arm every candidate's cosine; `knowledge.relevance` scores them), then ranked by the
+policy (`knowledge.ranking`: ``knowledge-v2`` ranks and floors by that relevance; ``knowledge-v1``,
+reciprocal-rank fusion, needs no evidence), so a semantic arm plugs in beside the lexical one by
+configuration. An arm that cannot answer for now raises
 `ArmUnavailable` (the semantic arm while its embedder child restarts): the search goes on with the
 arms that answered, fused as if only they were configured — exactly the lexical-only search, never a
 failed one — and `Searcher.without` counts it per arm (`KnowledgeService.health` reports it).
