@@ -1,8 +1,9 @@
 """Issue 19's goal table, reliability table and candidates-vs-recall curve, for `eval_retrieval.py`.
 
 Each configuration is the service's own `Searcher` with its arms, ranking policy and arm limit
-swapped for the run (`configured`): ``lexical`` / ``fused`` arms, ``knowledge-v1`` (reciprocal-rank
-fusion, no relevance) or the shipped default (the calibrated relevance model and its floor).
+swapped for the run (`configured`): ``lexical`` / ``semantic`` / ``fused`` arms, ``knowledge-v1``
+(reciprocal-rank fusion, no relevance), the shipped default without its floors (the relevance
+model's order alone) and the shipped default (the calibrated relevance model and its floor).
 
 docs-dev columns (answerable questions unless said): R@3, R@3 of the paraphrased and the plain
 ones, hit@1, noise@3 (returned passages that answer nothing / passages returned, every question),
@@ -46,8 +47,9 @@ def configs(svc: KnowledgeService, default: RankingPolicy) -> list[Config]:
     arm_sets = [("lexical", ("lexical",))] + ([("fused", names)] if len(names) > 1 else [])
     if len(names) > 1:
         arm_sets.insert(1, ("semantic", ("semantic",)))
-    return [Config(f"{label}, {policy.name}", arms, policy)
-            for label, arms in arm_sets for policy in (KNOWLEDGE_V1, default)]
+    policies = [(KNOWLEDGE_V1.name, KNOWLEDGE_V1), (f"{default.name} unfloored", default.unfloored()),
+                (default.name, default)]
+    return [Config(f"{label}, {name}", arms, policy) for label, arms in arm_sets for name, policy in policies]
 
 
 @contextlib.contextmanager
