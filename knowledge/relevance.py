@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 #: Positions (lexeme occurrences) a proximity window spans.
 PROXIMITY_SPAN = 8
+#: BM25 parameters (Lucene's idf, as bm25s uses): the lexical arm's and the relevance features'.
 BM25_K1 = 1.2
 BM25_B = 0.75
 

@@ -40,15 +40,12 @@ from knowledge.evidence import lexical_evidence
 from knowledge.ingest import TS_CONFIG
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
 from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
-from knowledge.relevance import LexicalEvidence, features
+from knowledge.relevance import BM25_B, BM25_K1, LexicalEvidence, features
 from knowledge.store.db import Database, Record
 from knowledge.structured import run_both
 
 _log = logging.getLogger(__name__)
 
-#: BM25 parameters (Lucene's idf, as bm25s uses).
-BM25_K1 = 1.2
-BM25_B = 0.75
 #: How many candidates an arm hands to fusion.
 ARM_LIMIT = 50
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from retrieval_data import first_occurrences, ndcg_at_k
 
 from knowledge.relevance import CLIP, LEXICAL_FEATURES, SEMANTIC_FEATURES, add_document_features
 
@@ -131,14 +131,9 @@ def ranked(q: Question, scores: np.ndarray) -> list[int]:
 
 
 def ndcg10(q: Question, order: list[int]) -> float:
-    seen: list[str] = []
-    for i in order:
-        if q.keys[i] not in seen:
-            seen.append(q.keys[i])
+    """nDCG@10 by key (a key at the rank of its first candidate), as eval_retrieval scores SciFact."""
     relevant = {q.keys[i] for i in range(len(q.keys)) if q.labels[i]}
-    dcg = sum(1 / math.log2(r + 2) for r, k in enumerate(seen[:10]) if k in relevant)
-    ideal = sum(1 / math.log2(r + 2) for r in range(min(len(relevant), 10)))
-    return dcg / ideal if ideal else 0.0
+    return ndcg_at_k(first_occurrences(q.keys[i] for i in order), relevant, 10)
 
 
 @dataclass
