@@ -43,6 +43,7 @@ from retrieval_data import (
     p99_ms,
     print_run,
     scifact_sources,
+    searching_with,
 )
 
 from knowledge.chunking import chunk_id
@@ -257,12 +258,9 @@ async def bench(svc: KnowledgeService, texts: Sequence[tuple[str, str]], concurr
 
     results = [await measure(f"knowledge.search (end to end, 3 passages, {DEFAULT_POLICY.name})", texts, search,
                              concurrency)]
-    svc.searcher.policy = KNOWLEDGE_V1  # the same search without the relevance model: what it costs
-    try:
+    with searching_with(svc, policy=KNOWLEDGE_V1):  # the same search without the relevance model: what it costs
         results.append(await measure(f"knowledge.search, {KNOWLEDGE_V1.name} (RRF, no relevance model)", texts,
                                      search, concurrency))
-    finally:
-        svc.searcher.policy = DEFAULT_POLICY
     results.append(await measure(f"lexical arm alone (candidates, {limit})", texts, arm, concurrency))
     for name, sql in BASELINE_SQL.items():
         async def baseline(tenant: str, text: str, sql: str = sql) -> Any:

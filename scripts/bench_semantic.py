@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms, print_run
+from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms, print_run, searching_with
 
 from knowledge.config import Settings
 from knowledge.ingest import prepare
@@ -286,12 +286,9 @@ async def without_relevance(svc: KnowledgeService, texts: Sequence[str], label: 
                             ) -> list[tuple[str, list[float]]]:
     """The same searches ranked by `KNOWLEDGE_V1` (reciprocal-rank fusion, no relevance model): what
     the relevance model costs."""
-    saved, svc.searcher.policy = svc.searcher.policy, KNOWLEDGE_V1
-    try:
+    with searching_with(svc, policy=KNOWLEDGE_V1):
         return [(f"knowledge.search, {label} ({KNOWLEDGE_V1.name})",
                  await timed(texts, lambda t: svc.search(q(SEMANTIC, t))))]
-    finally:
-        svc.searcher.policy = saved
 
 
 def main() -> None:

@@ -9,13 +9,14 @@ PyStemmer come from the project's ``eval`` extra (``pip install -e .[eval]``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import math
 import re
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,21 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SCIFACT = CORPUS / "scifact"
 DOCS_DEV = CORPUS / "qa" / "docs-dev.jsonl"
 DOCS_SETS = ("docs-argocd", "docs-etcd")
+
+@contextlib.contextmanager
+def searching_with(svc: Any, **attrs: Any) -> Iterator[None]:
+    """``svc.searcher`` with ``attrs`` set (``policy``, ``arms``, ``arm_limit``) for the block, then
+    restored: one service measured under several configurations."""
+    searcher = svc.searcher
+    saved = {name: getattr(searcher, name) for name in attrs}
+    for name, value in attrs.items():
+        setattr(searcher, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(searcher, name, value)
+
 
 # --------------------------------------------------------------------------- loading
 

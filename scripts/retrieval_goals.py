@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from retrieval_data import answers, median_ms, ndcg_at_k, p99_ms, recall_at_k
+from retrieval_data import answers, median_ms, ndcg_at_k, p99_ms, recall_at_k, searching_with
 
 from knowledge.models import KnowledgeQuery
 from knowledge.ranking import KNOWLEDGE_V1, RankingPolicy
@@ -52,16 +52,9 @@ def configs(svc: KnowledgeService, default: RankingPolicy) -> list[Config]:
     return [Config(f"{label}, {name}", arms, policy) for label, arms in arm_sets for name, policy in policies]
 
 
-@contextlib.contextmanager
-def configured(svc: KnowledgeService, cfg: Config) -> Iterator[None]:
-    searcher = svc.searcher
-    saved = (searcher.arms, searcher.policy, searcher.arm_limit)
-    searcher.arms = [a for a in saved[0] if a.name in cfg.arms]
-    searcher.policy, searcher.arm_limit = cfg.policy, cfg.arm_limit
-    try:
-        yield
-    finally:
-        searcher.arms, searcher.policy, searcher.arm_limit = saved
+def configured(svc: KnowledgeService, cfg: Config) -> contextlib.AbstractContextManager[None]:
+    return searching_with(svc, arms=[a for a in svc.searcher.arms if a.name in cfg.arms], policy=cfg.policy,
+                          arm_limit=cfg.arm_limit)
 
 
 def ask(tenant: str, text: str, **kw: Any) -> KnowledgeQuery:
