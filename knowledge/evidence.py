@@ -8,9 +8,7 @@ same footing, so every candidate's evidence is gathered again whichever arm foun
   lexical arm computes them), and for each candidate chunk, from its index row's tsvector, every
   query lexeme it holds with its positions and whether it occurs in the heading path (weight A)
   or only in the body (weight B). BM25, the idf-weighted coverage of the query, coverage by the
-  heading path and the proximity of the matches are computed from that (`LexicalEvidence`); and
-  the query's words no chunk of the tenant holds (every lexeme of the word has no posting), for
-  the ``foreign`` feature;
+  heading path and the proximity of the matches are computed from that (`LexicalEvidence`);
 - **semantic** — the best window's cosine to the query for every candidate, from the stored
   vectors (`knowledge.semantic.arm.SemanticArm.cosines`), not only for the semantic arm's own top.
 
@@ -26,14 +24,8 @@ from knowledge.ingest import TS_CONFIG
 from knowledge.relevance import LexicalEvidence, Match
 from knowledge.store.db import Database
 
-#: The text search parser's token types that are words: plain, numeric, and the parts of a
-#: hyphenated word ("kube-proxy" is "kube" and "proxy"; the compound itself is left out).
-WORD_TOKENS = ("asciiword", "word", "numword", "hword_asciipart", "hword_part", "hword_numpart")
-
-# $1 tenant, $2 query text, $3 candidate chunk ids. Rows of kind 'term' carry a query lexeme's idf
-# (every lexeme, matched or not) and the tenant's mean chunk length; 'absent' a query word (a word or
-# a part of a hyphenated word, as the text search parser splits it) whose lexemes no chunk of the
-# tenant holds; 'match' a candidate's query lexeme with its positions and weights.
+# $1 tenant, $2 query text, $3 candidate chunk ids. Rows with a NULL chunk id carry a query
+# lexeme's idf (every lexeme, matched or not) and the tenant's mean chunk length.
 _SQL = f"""
 WITH q AS (SELECT DISTINCT u.lexeme AS term FROM unnest(to_tsvector('{TS_CONFIG}', $2)) AS u),
 stats AS (
@@ -41,22 +33,15 @@ stats AS (
     FROM knowledge_tenant_stats WHERE tenant_id = $1
 ),
 terms AS (
-    SELECT q.term, f.df, ln(1 + (greatest(s.n, f.df) - f.df + 0.5) / (f.df + 0.5)) AS idf,
-           greatest(s.len / s.n, 1) AS avgdl
+    SELECT q.term, ln(1 + (greatest(s.n, f.df) - f.df + 0.5) / (f.df + 0.5)) AS idf, greatest(s.len / s.n, 1) AS avgdl
     FROM q CROSS JOIN stats s
     CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM knowledge_postings p
                         WHERE p.tenant_id = $1 AND p.term = q.term) AS f
 )
-SELECT 'term' AS kind, NULL::text AS chunk_id, t.term, t.idf, t.avgdl AS dl, NULL::int[] AS positions,
-       NULL::text[] AS weights
+SELECT NULL::text AS chunk_id, t.term, t.idf, t.avgdl AS dl, NULL::int[] AS positions, NULL::text[] AS weights
 FROM terms t
 UNION ALL
-SELECT DISTINCT 'absent', NULL, lower(d.token), NULL::float8, NULL::float8, NULL::int[], NULL::text[]
-FROM ts_debug('{TS_CONFIG}', $2) AS d
-WHERE d.alias IN ({", ".join(f"'{a}'" for a in WORD_TOKENS)}) AND cardinality(d.lexemes) > 0
-  AND NOT EXISTS (SELECT 1 FROM terms t WHERE t.term = ANY(d.lexemes) AND t.df > 0)
-UNION ALL
-SELECT 'match', ci.chunk_id, u.lexeme, NULL, ci.dl::float8, u.positions::int[], u.weights::text[]
+SELECT ci.chunk_id, u.lexeme, NULL, ci.dl::float8, u.positions::int[], u.weights::text[]
 FROM knowledge_chunk_index ci CROSS JOIN LATERAL unnest(ci.tsv) AS u
 WHERE ci.tenant_id = $1 AND ci.chunk_id = ANY($3::text[]) AND u.lexeme IN (SELECT term FROM q)
 """
@@ -69,15 +54,12 @@ async def lexical_evidence(db: Database, tenant_id: str, text: str, chunk_ids: S
     avgdl = 1.0
     matches: dict[str, list[Match]] = {}
     lengths: dict[str, int] = {}
-    absent: list[str] = []
     for r in rows:
-        if r["kind"] == "term":
+        if r["chunk_id"] is None:
             idf[r["term"]] = float(r["idf"])
             avgdl = float(r["dl"])
-        elif r["kind"] == "absent":
-            absent.append(r["term"])
         else:
             lengths[r["chunk_id"]] = int(r["dl"])
             matches.setdefault(r["chunk_id"], []).append(
                 Match(r["term"], tuple(r["positions"] or ()), "A" in (r["weights"] or ())))
-    return LexicalEvidence(idf=idf, avgdl=avgdl, lengths=lengths, matches=matches, absent=tuple(sorted(absent)))
+    return LexicalEvidence(idf=idf, avgdl=avgdl, lengths=lengths, matches=matches)

@@ -8,10 +8,6 @@ Each candidate of a search — whichever arm found it — is described by the sa
 ``heading``    the idf-weighted share held by its heading path (the section's own name)
 ``proximity``  the largest idf-weighted share of the query's lexemes within any `PROXIMITY_SPAN`
                consecutive positions: the terms asked together, found together
-``foreign``    how many query words (at most `MAX_FOREIGN`) no chunk of the tenant holds that are
-               not common English either (`knowledge.common_words`): a question that names a
-               product or tool the documents never mention. The same for every candidate of a
-               search: it moves the whole search's relevance, and so the floor
 ``*_gap``      how far behind the search's best candidate it is, for bm25, coverage and cosine
 ``cosine``     its best window's cosine to the query (semantic model only)
 ``doc_*``      its document's best bm25, coverage and cosine among the candidates: a section of
@@ -35,19 +31,14 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from knowledge.common_words import foreign
-
 #: Positions (lexeme occurrences) a proximity window spans.
 PROXIMITY_SPAN = 8
 #: BM25 parameters (Lucene's idf, as bm25s uses): the lexical arm's and the relevance features'.
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-#: The ``foreign`` feature counts at most this many words.
-MAX_FOREIGN = 3
-
 LEXICAL_FEATURES = ("bm25", "coverage", "heading", "proximity", "bm25_gap", "coverage_gap",
-                    "doc_bm25", "doc_coverage", "foreign")
+                    "doc_bm25", "doc_coverage")
 SEMANTIC_FEATURES = ("cosine", "cosine_gap", "doc_cosine")
 
 
@@ -63,15 +54,13 @@ class Match:
 
 @dataclass(frozen=True)
 class LexicalEvidence:
-    """The query's lexemes with their idf, the tenant's mean chunk length, per candidate chunk its
-    length and matches, and the query's words (lower-case) no chunk of the tenant holds
-    (`knowledge.evidence` reads them)."""
+    """The query's lexemes with their idf, the tenant's mean chunk length, and per candidate chunk
+    its length and matches (`knowledge.evidence` reads them)."""
 
     idf: dict[str, float]
     avgdl: float
     lengths: dict[str, int] = field(default_factory=dict)
     matches: dict[str, list[Match]] = field(default_factory=dict)
-    absent: tuple[str, ...] = ()
 
 
 def _bm25(matches: Sequence[Match], idf: Mapping[str, float], dl: int, avgdl: float) -> float:
@@ -117,7 +106,6 @@ def features(
     idf = lexical.idf
     total = sum(idf.values())
     best = total * (BM25_K1 + 1)
-    unknown = float(min(foreign(lexical.absent), MAX_FOREIGN))
     out: dict[str, dict[str, float]] = {}
     for cid in chunk_ids:
         matches = lexical.matches.get(cid, [])
@@ -128,7 +116,6 @@ def features(
             "coverage": held / total if total > 0 else 0.0,
             "heading": in_heading / total if total > 0 else 0.0,
             "proximity": proximity(matches, idf),
-            "foreign": unknown,
         }
         if cosines is not None:
             f["cosine"] = cosines.get(cid, 0.0)

@@ -48,7 +48,7 @@ FLOORS: dict[tuple[str, ...], tuple[float, float]] = {}
 GROUPS = {
     "bm25": ("bm25", "bm25_gap"), "coverage": ("coverage", "coverage_gap"), "heading": ("heading",),
     "proximity": ("proximity",), "cosine": ("cosine", "cosine_gap"),
-    "document": ("doc_bm25", "doc_coverage", "doc_cosine"), "foreign": ("foreign",),
+    "document": ("doc_bm25", "doc_coverage", "doc_cosine"),
 
 }
 

@@ -7,12 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from knowledge import relevance_models
-from knowledge.common_words import foreign
 from knowledge.ranking import KNOWLEDGE_V2, rank, select
 from knowledge.relevance import (
     CLIP,
     LEXICAL_FEATURES,
-    MAX_FOREIGN,
     SEMANTIC_FEATURES,
     LexicalEvidence,
     Match,
@@ -120,17 +118,3 @@ def test_features_far_outside_the_training_range_are_clipped() -> None:
     at_clip = x | {"bm25": model.means[0] + CLIP * model.scales[0]}
     beyond = x | {"bm25": model.means[0] + 500 * model.scales[0]}
     assert model.logit(beyond) == model.logit(at_clip) != model.logit(x)
-
-
-def test_foreign_counts_absent_words_that_are_not_common_english() -> None:
-    assert foreign(("terraform", "dynamodb")) == 2
-    assert foreign(("drowning", "release", "state")) == 0  # everyday words a paraphrase may use
-    assert foreign(("s3", "2024", "xx")) == 0  # too short, digits only
-    base = evidence(a=[Match("snapshot", (1,), False)])
-    assert features(["a"], base, documents={})["a"]["foreign"] == 0.0
-    named = LexicalEvidence(idf=dict(IDF), avgdl=100.0, lengths={"a": 100}, matches=dict(base.matches),
-                            absent=("ansible", "nomad", "terraform", "dynamodb", "drowning"))
-    x = features(["a"], named, documents={})["a"]
-    assert x["foreign"] == MAX_FOREIGN  # capped
-    assert {k: v for k, v in x.items() if k != "foreign"} == {
-        k: v for k, v in features(["a"], base, documents={})["a"].items() if k != "foreign"}

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from knowledge.config import Settings
-from knowledge.evidence import lexical_evidence
 from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.ranking import DEFAULT_POLICY
@@ -257,22 +256,6 @@ async def test_a_passage_that_holds_a_one_word_question_is_returned(service: Kno
     found = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback"))
     assert [p.heading_path[-1] for p in found] == ["Deployment Guide"]
     assert await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="pelican")) == []
-
-
-@pytest.mark.anyio
-async def test_the_evidence_names_the_query_words_the_tenant_never_holds(service: KnowledgeService,
-                                                                         tenant: str) -> None:
-    """`knowledge.evidence` reads, with the idf of the query's lexemes, its words (and the parts of
-    its hyphenated words) that no chunk of the tenant holds: the ``foreign`` feature's input."""
-    await ingest_text(service, tenant, "alice", GUIDE)
-    ask = KnowledgeQuery(tenant_id=tenant, principal_id="alice",
-                         text="Roll back the release of a Terraform kube-proxy deploy, drowning in 3 tags")
-    candidates = await service.searcher.candidates(ask)
-    assert candidates
-    found = await lexical_evidence(service.db, tenant, ask.text, [c.chunk_id for c in candidates])
-    assert found.absent == ("drowning", "kube", "proxy", "terraform")  # "tags": the GUIDE has "tag"
-    x = await service.searcher.features(ask, candidates)
-    assert {f["foreign"] for f in x.values()} == {2.0}  # terraform, kube ("proxy", "drowning" are English)
 
 
 QA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"
