@@ -49,8 +49,10 @@ def lexical_only(candidates: list[Candidate]) -> list[Candidate]:
     return [replace(c, arm_ranks={"lexical": c.arm_ranks["lexical"]}) for c in candidates if "lexical" in c.arm_ranks]
 
 
-async def ask(svc: KnowledgeService, tenant: str, text: str, label: Any, key: Any) -> dict[str, list[dict[str, Any]]]:
-    """Both modes' candidates of one question: chunk id, source key, label, features."""
+async def ask(svc: KnowledgeService, tenant: str, text: str, label: Any, key: Any, *, texts: bool = False
+              ) -> dict[str, list[dict[str, Any]]]:
+    """Both modes' candidates of one question: chunk id, source key, label, features (and with
+    ``texts`` each fused candidate's heading path and text, for experiments with a second stage)."""
     query = KnowledgeQuery(tenant_id=tenant, principal_id="eval", text=text)
     candidates = await svc.searcher.candidates(query)
     out: dict[str, list[dict[str, Any]]] = {}
@@ -59,6 +61,9 @@ async def ask(svc: KnowledgeService, tenant: str, text: str, label: Any, key: An
         out[mode] = [{"chunk": c.chunk_id, "key": key(c), "label": bool(label(c)), "ranks": dict(c.arm_ranks),
                       "doc": str(c.document_id),
                       "x": {k: round(v, 6) for k, v in feats[c.chunk_id].items()}} for c in cands]
+        if texts and mode == "fused":
+            for c, row in zip(cands, out[mode], strict=True):
+                row["heading_path"], row["text"] = list(c.heading_path), c.text
     return out
 
 
@@ -73,7 +78,7 @@ async def run(args: argparse.Namespace) -> list[str]:
                 await ingest_sources(svc, tenant, hide_headings(docs_sources(), questions))
                 for q in questions:
                     found = await ask(svc, tenant, q["question"], lambda c, q=q: answers(q, c.text),
-                                      lambda c: c.chunk_id)
+                                      lambda c: c.chunk_id, texts=args.texts)
                     for mode, cands in found.items():
                         out.write(json.dumps({"set": "docs-train", "fold": q["fold"], "qid": q["id"], "mode": mode,
                                               "answerable": True, "cands": cands}) + "\n")
@@ -117,6 +122,8 @@ def main() -> None:
     parser.add_argument("--docs", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--cross", type=int, default=2,
                         help="docs-cross: every Nth docs-train question asked of the other corpus alone (0: none)")
+    parser.add_argument("--texts", action="store_true",
+                        help="docs-train: store each fused candidate's heading path and text as well")
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     print_run(run, parser.parse_args())
 
