@@ -74,7 +74,8 @@ class RankingPolicy:
     fused_model: RelevanceModel | None = None
     min_relevance: float = 0.0
     #: The floor for every passage after the first: a second or third passage that probably answers
-    #: nothing is noise the agent has to read, while the first keeps the lower floor.
+    #: nothing is noise the agent has to read. It may be lower than ``min_relevance``, which then
+    #: only decides whether a search returns anything.
     min_relevance_more: float = 0.0
 
     def unfloored(self) -> RankingPolicy:

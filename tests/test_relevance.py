@@ -101,6 +101,13 @@ def test_relevance_orders_the_passages_and_the_floor_drops_the_weak() -> None:
     assert [p.chunk_id for p in kept] == ["weak"]
     assert select(ranked, min_score=-1.0, max_passages=3, max_per_document=3, budget_tokens=10_000,
                   min_relevance=0.95) == []
+    # A lower floor after the first (the shipped one): the first floor only decides whether a
+    # search returns anything.
+    kept = select(ranked, min_score=-1.0, max_passages=3, max_per_document=3, budget_tokens=10_000,
+                  min_relevance=0.5, min_relevance_more=0.005)
+    assert [p.chunk_id for p in kept] == ["strong", "weak", "none"]
+    assert select(ranked[1:], min_score=-1.0, max_passages=3, max_per_document=3, budget_tokens=10_000,
+                  min_relevance=0.5, min_relevance_more=0.005) == []
 
 
 def test_the_policy_judges_with_the_fused_model_only_given_cosines() -> None:
