@@ -261,11 +261,11 @@ async def test_a_passage_that_holds_a_one_word_question_is_returned(service: Kno
 QA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"
 # The shipped default (the semantic arm on, ranking knowledge-v2: the calibrated relevance and its
 # floors; 3 passages / 3,000 tokens). Measured (`scripts/eval_retrieval.py --semantic`, issue 19):
-# recall@3 0.717 (43 of 60; knowledge-v1 fused 0.633, lexical 0.500), noise 0.750, no answerable
+# recall@3 0.733 (44 of 60; knowledge-v1 fused 0.633, lexical 0.500), noise 0.775, no answerable
 # question empty and no unanswerable one empty either. The bounds sit two questions under recall
 # and a few passages over noise, so a regression of that size fails.
-RECALL_AT_3_FLOOR = 0.68
-NOISE_CEILING = 0.78
+RECALL_AT_3_FLOOR = 0.70
+NOISE_CEILING = 0.79
 #: At most this many answerable questions come back empty (the floor's cost).
 ANSWERABLE_EMPTY_CEILING = 1
 #: One tenant for both loops' runs: the second finds the corpus ingested and embedded.
