@@ -30,14 +30,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
 
 from knowledge.errors import KnowledgeError
-from knowledge.evidence import lexical_evidence
-from knowledge.ingest import TS_CONFIG
+from knowledge.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql, lexical_evidence
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
 from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
 from knowledge.relevance import BM25_B, BM25_K1, LexicalEvidence, features
@@ -77,25 +76,28 @@ LIVE_SET = """
 # One statement: the query's lexemes; their postings in this tenant (read once, index-only);
 # document frequencies and BM25 idf from those postings and the tenant's sharded counters; the
 # score of every chunk holding a lexeme; then, in descending score order, the isolation
-# predicates until $9 chunks are admitted. $2 query text, $3 k1, $4 b, $9 limit.
+# predicates until $9 chunks are admitted. Every row also carries every query lexeme's idf
+# (matched or not) and the mean length, so the relevance model's evidence need not count the
+# postings again (`knowledge.evidence.lexical_evidence`'s ``known``). $2 query text, $3 k1, $4 b,
+# $9 limit.
 _LEXICAL_SQL = f"""
-WITH q AS (SELECT DISTINCT u.lexeme AS term FROM unnest(to_tsvector('{TS_CONFIG}', $2)) AS u),
+WITH {QUERY_LEXEMES},
 hits AS MATERIALIZED (
     SELECT p.term, p.chunk_id, p.tf, p.dl FROM knowledge_postings p
     WHERE p.tenant_id = $1 AND p.term IN (SELECT term FROM q)
 ),
-stats AS (
-    SELECT greatest(coalesce(sum(chunks), 0), 1)::float8 AS n, greatest(coalesce(sum(total_dl), 0), 1)::float8 AS len
-    FROM knowledge_tenant_stats WHERE tenant_id = $1
-),
+{TENANT_STATS},
 terms AS (
-    SELECT h.term, ln(1 + (greatest(s.n, count(*)) - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-    FROM hits h CROSS JOIN stats s GROUP BY h.term, s.n
+    SELECT h.term, {idf_sql("count(*)")} AS idf FROM hits h CROSS JOIN stats s GROUP BY h.term, s.n
 ),
 params AS (
     SELECT $3::float8 AS k1, $4::float8 AS b, greatest(s.len / s.n, 1) AS avgdl,
            (SELECT sum(idf) FROM terms) * ($3::float8 + 1) AS best
     FROM stats s
+),
+query_idf AS (
+    SELECT q.term, coalesce(t.idf, {idf_sql("0")}) AS idf
+    FROM q LEFT JOIN terms t USING (term) CROSS JOIN stats s
 ),
 scored AS MATERIALIZED (
     SELECT h.chunk_id, sum(t.idf * h.tf * (k1 + 1) / (h.tf + k1 * (1 - b + b * h.dl / avgdl))) AS bm25
@@ -104,7 +106,10 @@ scored AS MATERIALIZED (
 )
 SELECT s.chunk_id, s.bm25, s.bm25 / (SELECT best FROM params) AS strength, c.document_id, c.version,
        c.heading_path, c.text, c.tokens, c.contains_instruction_like_text, c.content_sha256,
-       d.title, d.doc_date, d.authority, d.project_scope
+       d.title, d.doc_date, d.authority, d.project_scope,
+       (SELECT array_agg(term ORDER BY term) FROM query_idf) AS query_terms,
+       (SELECT array_agg(idf ORDER BY term) FROM query_idf) AS query_idf,
+       (SELECT avgdl FROM params) AS avgdl
 FROM (SELECT * FROM scored ORDER BY bm25 DESC, chunk_id) AS s
 CROSS JOIN LATERAL (
     SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
@@ -120,10 +125,21 @@ LIMIT $9
 
 @dataclass(frozen=True)
 class ArmResult:
-    """One arm's ranked, admitted candidates."""
+    """One arm's ranked, admitted candidates, and the query's lexical statistics when the arm
+    computed them on the way (`EvidenceArm`)."""
 
     arm: str
     candidates: list[Candidate]
+    terms: LexicalEvidence | None = None
+
+
+class Gathered(NamedTuple):
+    """A search's candidates from every arm that answered (`Searcher.gather`)."""
+
+    candidates: list[Candidate]
+    answered: int
+    #: The query's idf and mean length, from the lexical arm when it answered with candidates.
+    terms: LexicalEvidence | None
 
 
 class ArmUnavailable(Exception):
@@ -149,6 +165,13 @@ class CosineArm(Arm, Protocol):
     async def cosines(self, db: Database, query: KnowledgeQuery, chunk_ids: Sequence[str]) -> dict[str, float]: ...
 
 
+@runtime_checkable
+class EvidenceArm(Arm, Protocol):
+    """An arm whose search also yields the query's lexical statistics (`ArmResult.terms`)."""
+
+    async def search_result(self, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult: ...
+
+
 @dataclass(frozen=True)
 class LexicalArm:
     """BM25 over the postings table, with the isolation predicates in the candidate query."""
@@ -158,12 +181,27 @@ class LexicalArm:
     b: float = BM25_B
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
+        return (await self.search_result(db, query, limit)).candidates
+
+    async def search_result(self, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:
         rows = await db.fetch(
             _LEXICAL_SQL, query.tenant_id, query.text, self.k1, self.b, query.principal_id, query.current_scope,
             query.sensitivity_ceiling.admitted(), query.as_of, limit,
         )
-        return [candidate_from_row(r, rank_no, self.name, float(r["strength"]))
-                for rank_no, r in enumerate(rows, start=1)]
+        terms = None
+        if rows:
+            first = rows[0]
+            terms = LexicalEvidence(idf=dict(zip(first["query_terms"], map(float, first["query_idf"]), strict=True)),
+                                    avgdl=float(first["avgdl"]))
+        return ArmResult(self.name, [candidate_from_row(r, rank_no, self.name, float(r["strength"]))
+                                     for rank_no, r in enumerate(rows, start=1)], terms)
+
+
+async def arm_result(arm: Arm, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:
+    """One arm's search, with the query's lexical statistics when the arm computes them."""
+    if isinstance(arm, EvidenceArm):
+        return await arm.search_result(db, query, limit)
+    return ArmResult(arm.name, await arm.search(db, query, limit))
 
 
 def candidate_from_row(row: Record, rank_no: int, arm: str, strength: float) -> Candidate:
@@ -208,22 +246,22 @@ class Searcher:
 
     async def candidates(self, query: KnowledgeQuery) -> list[Candidate]:
         """Every answering arm's candidates, merged."""
-        return (await self.gather(query))[0]
+        return (await self.gather(query)).candidates
 
-    async def gather(self, query: KnowledgeQuery) -> tuple[list[Candidate], int]:
+    async def gather(self, query: KnowledgeQuery) -> Gathered:
         """Every arm's candidates, the arms running concurrently in this call's task group, and how
         many arms answered (an `ArmUnavailable` arm did not; any other failure is raised, unwrapped,
         the other arms cancelled)."""
         if len(self.arms) == 1:
-            arm = self.arms[0]
-            return merge_arms([ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit))]), 1
+            only = await arm_result(self.arms[0], self.db, query, self.arm_limit)
+            return Gathered(merge_arms([only]), 1, only.terms)
         results: list[ArmResult | None] = [None] * len(self.arms)
         errors: list[Exception] = []
         down: list[ArmUnavailable] = []
 
         async def one(i: int, arm: Arm, tg: TaskGroup) -> None:
             try:
-                results[i] = ArmResult(arm.name, await arm.search(self.db, query, self.arm_limit))
+                results[i] = await arm_result(arm, self.db, query, self.arm_limit)
                 if arm.name in self._down:
                     self._down.discard(arm.name)
                     _log.warning("searches have the %s arm again (%d went on without it so far)",
@@ -246,13 +284,15 @@ class Searcher:
         answered = [r for r in results if r is not None]
         if not answered:
             raise down[0].error
-        return merge_arms(answered), len(answered)
+        terms = next((r.terms for r in answered if r.terms is not None), None)
+        return Gathered(merge_arms(answered), len(answered), terms)
 
-    async def features(self, query: KnowledgeQuery, candidates: Sequence[Candidate]
-                       ) -> dict[str, dict[str, float]]:
+    async def features(self, query: KnowledgeQuery, candidates: Sequence[Candidate],
+                       terms: LexicalEvidence | None = None) -> dict[str, dict[str, float]]:
         """Every candidate's relevance features (`knowledge.relevance.features`): its lexical
         evidence and, when a semantic arm answered this search, every candidate's cosine — the two
-        statements run concurrently (`run_both`: the first failure raised unwrapped)."""
+        statements run concurrently (`run_both`: the first failure raised unwrapped). ``terms``:
+        the query's lexical statistics from the lexical arm (`Gathered.terms`), not read again."""
         ids = [c.chunk_id for c in candidates]
         semantic = next((a for a in self.arms if isinstance(a, CosineArm)
                          and any(a.name in c.arm_ranks for c in candidates)), None)
@@ -261,7 +301,7 @@ class Searcher:
 
         async def read_lexical() -> None:
             nonlocal lexical
-            lexical = await lexical_evidence(self.db, query.tenant_id, query.text, ids)
+            lexical = await lexical_evidence(self.db, query.tenant_id, query.text, ids, terms)
 
         async def read_cosines() -> None:
             nonlocal cosines
@@ -279,11 +319,11 @@ class Searcher:
 
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """Ranked, capped, floored and budgeted passages; never truncated."""
-        candidates, n_arms = await self.gather(query)
+        candidates, n_arms, terms = await self.gather(query)
         today = (query.as_of or datetime.now(UTC)).date()
         relevances = None
         if self.policy.calibrated:
-            relevances = self.policy.judge(await self.features(query, candidates))
+            relevances = self.policy.judge(await self.features(query, candidates, terms))
         ranked = rank(candidates, current_scope=query.current_scope, today=today, n_arms=n_arms,
                       policy=self.policy, relevances=relevances)
         strengths = {c.chunk_id: c.strength for c in candidates}

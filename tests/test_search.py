@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from knowledge.config import Settings
+from knowledge.evidence import lexical_evidence
 from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.ranking import DEFAULT_POLICY
 from knowledge.render import parse_knowledge_block, render_knowledge_block
+from knowledge.search import LexicalArm
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
 
@@ -245,6 +247,28 @@ async def test_every_passage_carries_its_relevance_and_a_host_can_floor_it(servi
         everything = await unfloored.search(ask)
     assert [p.chunk_id for p in everything][:1] == [found[0].chunk_id] and len(everything) == 2
     assert everything[1].relevance is not None and everything[1].relevance < DEFAULT_POLICY.min_relevance_more
+
+
+@pytest.mark.anyio
+async def test_the_evidence_reuses_the_lexical_arms_statistics_to_the_last_bit(service: KnowledgeService,
+                                                                               tenant: str) -> None:
+    """The relevance model's evidence takes the query's idf and mean length from the lexical arm's
+    own statement instead of counting the postings again: what it reads must be what a fresh
+    count gives, for lexemes held by many chunks, by one, and by none."""
+    await ingest_text(service, tenant, "alice", GUIDE)
+    await ingest_text(service, tenant, "alice", "# Notes\n\nA release is tagged weekly by the release manager.\n")
+    arm = LexicalArm()
+    for text in ["how do I roll back a release tag", "release pelican", "weekly"]:
+        query = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text)
+        result = await arm.search_result(service.db, query, 50)
+        assert result.terms is not None and result.candidates
+        ids = [c.chunk_id for c in result.candidates]
+        reused = await lexical_evidence(service.db, tenant, text, ids, result.terms)
+        fresh = await lexical_evidence(service.db, tenant, text, ids)
+        assert ("pelican" in fresh.idf) == ("pelican" in text)  # a lexeme no chunk holds has its idf too
+        assert (reused.idf, reused.avgdl, reused.lengths) == (fresh.idf, fresh.avgdl, fresh.lengths)
+        assert {k: sorted(v, key=repr) for k, v in reused.matches.items()} == {
+            k: sorted(v, key=repr) for k, v in fresh.matches.items()}
 
 
 @pytest.mark.anyio
