@@ -2,11 +2,13 @@
 
 With ``$KNOWLEDGE_DSN`` set, tests use that server (creating their own databases on it);
 otherwise the session starts the embedded server in a temporary data directory.
-Library tests run under both anyio backends via the ``anyio_backend`` fixture below.
+Library tests run under both anyio backends via the ``anyio_backend`` fixture below (asyncio on a
+plain loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -30,8 +32,14 @@ from supervisors.embedded_pg import start_embedded, stop_embedded
 
 
 @pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    """Both backends; asyncio on a plain selector loop, as a host's ``asyncio.run`` makes it. (Once a
+    trio test has imported trio-asyncio, ``asyncio.new_event_loop`` makes trio-asyncio's loops for
+    the rest of the process; a host that never runs trio never imports it.) Tests read the
+    backend's name from ``anyio_backend_name``."""
+    if request.param == "asyncio":
+        return "asyncio", {"loop_factory": asyncio.SelectorEventLoop}
+    return str(request.param), {}
 
 
 @pytest.fixture(scope="session")

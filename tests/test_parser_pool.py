@@ -27,7 +27,7 @@ def gone(pid: int | None) -> bool:
 
 
 @pytest.mark.anyio
-async def test_a_job_runs_in_a_child_and_leaves_nothing(anyio_backend: str) -> None:
+async def test_a_job_runs_in_a_child_and_leaves_nothing(anyio_backend_name: str) -> None:
     pool = fake_pool()
     assert await pool.extract(b"ok") == "done ok"
     assert await pool.inspect(b"ok") == {"pages": 1}
@@ -35,7 +35,7 @@ async def test_a_job_runs_in_a_child_and_leaves_nothing(anyio_backend: str) -> N
 
 
 @pytest.mark.anyio
-async def test_never_more_than_two_children_per_loop(anyio_backend: str) -> None:
+async def test_never_more_than_two_children_per_loop(anyio_backend_name: str) -> None:
     concurrent: list[int] = []
     pool = fake_pool()
     pool.on_spawn = lambda record: concurrent.append(len(pool.live))
@@ -59,7 +59,7 @@ async def test_never_more_than_two_children_per_loop(anyio_backend: str) -> None
 
 
 @pytest.mark.anyio
-async def test_cancelling_a_job_kills_and_reaps_its_child_before_the_next_starts(anyio_backend: str) -> None:
+async def test_cancelling_a_job_kills_and_reaps_its_child_before_the_next_starts(anyio_backend_name: str) -> None:
     seen: list[tuple[int | None, bool]] = []  # at each spawn: (the cancelled job's pid, is it gone?)
     victim: list[JobRecord] = []
     pool = fake_pool()
@@ -94,7 +94,7 @@ async def test_cancelling_a_job_kills_and_reaps_its_child_before_the_next_starts
 
 
 @pytest.mark.anyio
-async def test_deadline_includes_time_queued_for_a_slot(anyio_backend: str) -> None:
+async def test_deadline_includes_time_queued_for_a_slot(anyio_backend_name: str) -> None:
     pool = fake_pool()
     async with anyio.create_task_group() as tg:
         tg.start_soon(pool.extract, b"sleep 1.5")
@@ -110,7 +110,7 @@ async def test_deadline_includes_time_queued_for_a_slot(anyio_backend: str) -> N
 
 
 @pytest.mark.anyio
-async def test_timeout_kills_the_child_and_its_group(anyio_backend: str) -> None:
+async def test_timeout_kills_the_child_and_its_group(anyio_backend_name: str) -> None:
     pool = fake_pool()
     with pytest.raises(ParserFailure) as failed:
         await pool.extract(b"grandchild 30", deadline=1.0)
@@ -122,7 +122,7 @@ async def test_timeout_kills_the_child_and_its_group(anyio_backend: str) -> None
 
 
 @pytest.mark.anyio
-async def test_a_child_that_dies_is_pdf_killed(anyio_backend: str) -> None:
+async def test_a_child_that_dies_is_pdf_killed(anyio_backend_name: str) -> None:
     pool = fake_pool()
     with pytest.raises(ParserFailure) as failed:
         await pool.extract(b"crash")
@@ -134,7 +134,7 @@ async def test_a_child_that_dies_is_pdf_killed(anyio_backend: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_oversized_input_is_refused_without_a_child(anyio_backend: str) -> None:
+async def test_oversized_input_is_refused_without_a_child(anyio_backend_name: str) -> None:
     pool = fake_pool()
     with pytest.raises(ExtractionRefused) as refused:
         await pool.extract(b"x" * (32 * 1024 * 1024 + 1))
@@ -181,7 +181,7 @@ def test_two_event_loops_in_two_threads_get_two_slots_each() -> None:
 
 
 @pytest.mark.anyio
-async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_backend: str) -> None:
+async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_backend_name: str) -> None:
     pool = fake_pool()
     me = psutil.Process()
     counts: list[int] = []

@@ -18,13 +18,13 @@ async def _connections_of(dsn: str, app: str) -> int:
 
 
 @pytest.mark.anyio
-async def test_service_open_close_leaves_no_connection_or_child(settings: Settings, anyio_backend: str) -> None:
+async def test_service_open_close_leaves_no_connection_or_child(settings: Settings, anyio_backend_name: str) -> None:
     assert settings.dsn is not None
     before = {p.pid for p in child_processes()}
     async with KnowledgeService.open(settings) as svc:
         health = await svc.health()
         assert health.ok, health
-        assert health.backend == anyio_backend
+        assert health.backend == anyio_backend_name
         assert health.schema_version == health.schema_expected >= 1
         assert health.server_version and health.server_version.startswith("18")
         assert await _connections_of(settings.dsn, settings.application_name) >= 1

@@ -16,8 +16,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow,
               pytest.mark.skipif(not (CORPUS / "docs-etcd").exists(), reason="shared corpus not present")]
 
 
-async def test_stress_with_faults_keeps_every_invariant(anyio_backend: str) -> None:
-    seed = 11 if anyio_backend == "trio" else 12
+async def test_stress_with_faults_keeps_every_invariant(anyio_backend_name: str) -> None:
+    seed = 11 if anyio_backend_name == "trio" else 12
     report = await run_stress(StressOptions(duration=25, faults=True, seed=seed, audit_every=8,
                                             fault_every=(0.5, 2.0)))
     text = "\n".join(report.lines())
@@ -34,8 +34,8 @@ async def test_stress_with_faults_keeps_every_invariant(anyio_backend: str) -> N
     assert accepted > 50 and report.live_documents > 20, text
 
 
-async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend: str) -> None:
-    if anyio_backend != "trio":
+async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend_name: str) -> None:
+    if anyio_backend_name != "trio":
         pytest.skip("the victim host runs under trio; one run is enough")
     killed = await kill_host(2, None, None, seed=5)
     assert killed.ok, "\n".join(killed.lines())
@@ -43,11 +43,11 @@ async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend
 
 
 @pytest.mark.skipif(not semantic_available(), reason="the semantic extra is not installed")
-async def test_stress_with_the_semantic_arm_and_its_queue(anyio_backend: str) -> None:
+async def test_stress_with_the_semantic_arm_and_its_queue(anyio_backend_name: str) -> None:
     """The arm on, its embedder child among the faults: no vector of a deleted or superseded chunk is
     returned (the leak audit checks the fused results), no chunk is left unembedded once the load
     stops and the queue drains, and a child killed mid-backlog loses nothing."""
-    seed = 21 if anyio_backend == "trio" else 22
+    seed = 21 if anyio_backend_name == "trio" else 22
     report = await run_stress(StressOptions(duration=10, faults=True, seed=seed, semantic=True, tenants=2,
                                             ingesters=1, versioners=1, deleters=1, senders=1, send_every=(1.0, 2.0),
                                             fault_every=(1.0, 2.0)))

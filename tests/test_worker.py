@@ -277,14 +277,15 @@ async def _blocked_on_a_lock(db: Database) -> bool:
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm"])
 async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, settings: Settings, tenant: str,
-                                                anyio_backend: str, how: str) -> None:
+                                                anyio_backend_name: str, how: str) -> None:
     """SIGKILL: the dead worker's lease expires and a worker of this process takes the attachment
     over. SIGTERM: the worker process rolls back, releases the attachment and exits 0."""
     assert settings.dsn is not None
     ref = await upload(service, tenant, markdown("Disaster recovery"), "dr.md")
     document_id = attachment_document_id(tenant, "owner", ref.sha256)
     command = [sys.executable, "-m", "knowledge.worker", "--dsn", settings.dsn, "--tenant", tenant,
-               "--lease-seconds", "1", "--poll-seconds", "0.05", "--backend", anyio_backend, "--log-level", "WARNING"]
+               "--lease-seconds", "1", "--poll-seconds", "0.05", "--backend", anyio_backend_name,
+               "--log-level", "WARNING"]
     async with document_key_held(settings.dsn, tenant, document_id):
         process = await anyio.open_process(command, cwd=ROOT)
         try:

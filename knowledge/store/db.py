@@ -1,8 +1,9 @@
 """The database bridge: the one module that imports asyncpg.
 
 asyncpg speaks asyncio only. Everything above this module is written against anyio and
-runs unchanged under asyncio (asyncpg is awaited directly) and trio (every call goes through
-one trio-asyncio loop, opened here when none is running). Cleanup — releasing a connection,
+runs unchanged under asyncio (asyncpg is awaited directly, on the host's own loop) and trio (every
+call goes through one trio-asyncio loop, opened here when none is running; trio-asyncio is
+imported only then, since importing it changes how asyncio makes loops in the whole process). Cleanup — releasing a connection,
 rolling back, closing the pool — runs shielded from cancellation and bounded in time, because
 a cancelled release leaves ``pool.close()`` waiting on it.
 
@@ -12,10 +13,6 @@ released, so the pool stays usable.
 """
 
 from __future__ import annotations
-
-# trio_asyncio installs its event-loop policy on import; it must precede anything that grabs
-# an asyncio loop (asyncpg below included).
-import trio_asyncio  # isort: skip
 
 import contextlib
 import logging
@@ -112,6 +109,11 @@ async def open_bridge() -> AsyncIterator[Bridge]:
         return
     if library != "trio":
         raise RuntimeError(f"unsupported async library {library!r}")
+    # Imported here, under trio only: trio-asyncio patches asyncio's loop functions process-wide
+    # when imported (``asyncio.new_event_loop`` then makes its own loops), and an asyncio host
+    # that embeds this library must keep its plain loop (`tests/test_host_loop.py`).
+    import trio_asyncio
+
     loop = trio_asyncio.current_loop.get()
     if loop is not None:
         yield Bridge(loop)
