@@ -175,6 +175,7 @@ class Embedder:
                                            stderr=None, start_new_session=True)
         self.pid = process.pid
         reader = _FrameReader(process)
+        hello: dict[str, Any] = {}
         try:
             with anyio.fail_after(START_SECONDS):
                 hello = await reader.frame()
@@ -188,8 +189,8 @@ class Embedder:
                 await self._serve_requests(process, reader)
         finally:
             self.pid, self._serving = None, False
-            with anyio.CancelScope(shield=True):
-                await _close(process)
+            with anyio.CancelScope(shield=True):  # a child still loading the model is killed at once
+                await _close(process, patience=2.0 if hello.get("ready") else 0.0)
 
     async def _serve_requests(self, process: Process, reader: _FrameReader) -> None:
         """Send each request and read its reply until the child fails (or the actor is cancelled)."""
@@ -277,11 +278,12 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-async def _close(process: Process) -> None:
-    """End the child: close its stdin (it exits on EOF), then kill its group if it lingers; reap."""
+async def _close(process: Process, patience: float) -> None:
+    """End the child: close its stdin (it exits on EOF), then kill its group if it lingers past
+    ``patience`` seconds; reap."""
     with contextlib.suppress(Exception):
         await process.stdin.aclose()  # type: ignore[union-attr]
-    with anyio.move_on_after(2.0):
+    with anyio.move_on_after(patience):
         await process.wait()
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -38,6 +38,7 @@ from knowledge.cli.output import Output, safe
 from knowledge.cli.search_cmd import search
 from knowledge.cli.stats_cmd import stats
 from knowledge.cli.worker_cmd import worker
+from knowledge.console import Interrupted
 from knowledge.errors import DatabaseUnavailable, KnowledgeError
 
 app = typer.Typer(
@@ -113,6 +114,8 @@ def describe(exc: BaseException) -> tuple[int, str]:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "value"
         return EXIT_USAGE, f"invalid {loc}: {first.get('msg', 'invalid')}"
+    if isinstance(exc, Interrupted):
+        return exc.exit_code, exc.message
     if isinstance(exc, (KeyboardInterrupt, typer.Abort)):
         return EXIT_INTERRUPTED, "interrupted"
     if isinstance(exc, _ClickException):
@@ -125,8 +128,8 @@ def describe(exc: BaseException) -> tuple[int, str]:
 def main(argv: list[str] | None = None) -> int:
     """The console script ``knowledge``: run one command; return its exit code, never a traceback
     (set ``KNOWLEDGE_TRACEBACK=1`` to see one on stderr as well)."""
-    command = typer.main.get_command(app)
     try:
+        command = typer.main.get_command(app)
         result = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="knowledge",
                               standalone_mode=False)
     except BaseException as exc:  # every way out: one line and an exit code

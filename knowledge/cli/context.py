@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import typer
 
+from knowledge.cli import interrupt
 from knowledge.cli.output import Output
 from knowledge.config import Settings
 from knowledge.ingest import WRITE_SCOPE
@@ -70,8 +71,9 @@ class Options:
         return Principal(tenant_id=self.tenant, principal_id=self.principal_id, scopes=frozenset({WRITE_SCOPE}))
 
     def run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` on the chosen event loop (``--loop``)."""
-        return anyio.run(fn, backend=self.loop)
+        """Run ``fn`` on the chosen event loop (``--loop``), SIGINT and SIGTERM cancelling it
+        (`knowledge.cli.interrupt`)."""
+        return interrupt.run(fn, self.loop)
 
 
 def options(ctx: typer.Context) -> Options:

@@ -273,9 +273,10 @@ async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Pat
             try:
                 outcomes = await svc.ingest_many([u.request for u in pending if u.request is not None],
                                                  on_done=lambda _i, _o: progress.advance(task))
-            finally:  # the uploads were only the vehicle
-                await svc.artifacts.expire_now(principal.tenant_id,
-                                               [u.request.source.artifact_id for u in pending if u.request])
+            finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
+                with anyio.move_on_after(5, shield=True):
+                    await svc.artifacts.expire_now(principal.tenant_id,
+                                                   [u.request.source.artifact_id for u in pending if u.request])
         for u, outcome in zip(pending, outcomes, strict=True):
             u.out = await settle(svc, u, outcome)
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now

@@ -83,4 +83,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the parent is gone (it exited at once on a second signal): nobody to answer
+        os._exit(0)

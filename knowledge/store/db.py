@@ -3,9 +3,10 @@
 asyncpg speaks asyncio only. Everything above this module is written against anyio and
 runs unchanged under asyncio (asyncpg is awaited directly, on the host's own loop) and trio (every
 call goes through one trio-asyncio loop, opened here when none is running; trio-asyncio is
-imported only then, since importing it changes how asyncio makes loops in the whole process). Cleanup — releasing a connection,
-rolling back, closing the pool — runs shielded from cancellation and bounded in time, because
-a cancelled release leaves ``pool.close()`` waiting on it.
+imported only then, since importing it changes how asyncio makes loops in the whole process).
+Cleanup — releasing a connection, rolling back, closing the pool — runs shielded from
+cancellation and bounded in time, because a cancelled release leaves ``pool.close()`` waiting on
+it.
 
 Cancellation of a query: the awaiting task sees the cancellation at once; asyncpg sends the
 server a cancel request and the connection is reset (or, failing that, terminated) when it is
@@ -120,21 +121,30 @@ async def open_bridge() -> AsyncIterator[Bridge]:
         return
     held = HeldError()  # the block's own exception leaves unwrapped by the loop's nurseries
     async with trio_asyncio.open_loop() as loop:
-        loop.set_exception_handler(_log_loop_error)
+        loop.set_exception_handler(log_loop_error)
         with held:
             yield Bridge(loop)
     held.reraise()
 
 
-def _log_loop_error(loop: Any, context: dict[str, Any]) -> None:
-    """The exception handler of the trio-asyncio loop this module opens. trio-asyncio's default
-    raises whatever reaches the handler into the loop's nursery, which would take the whole service
-    down — and asyncpg reports there what is only worth a log line: "Resetting connection with an
-    active transaction" when a connection whose backend was terminated is released, or a release
-    that failed after its caller stopped waiting. Logged, as plain asyncio would."""
+#: What asyncpg reports to the loop when a connection released mid-transaction (its task was
+#: cancelled during a statement) is rolled back: the expected course of a cancellation.
+_EXPECTED_LOOP_MESSAGES = ("Resetting connection with an active transaction",)
+
+
+def log_loop_error(loop: Any, context: dict[str, Any]) -> None:
+    """The exception handler of the trio-asyncio loop this module opens (and of the CLI's own asyncio
+    loop). trio-asyncio's default raises whatever reaches the handler into the loop's nursery, which
+    would take the whole service down — and asyncpg reports there what is only worth a log line:
+    "Resetting connection with an active transaction" when a connection is released after its task
+    was cancelled mid-statement (it is rolled back: logged at DEBUG), or a release that failed after
+    its caller stopped waiting.
+    Logged, as plain asyncio would."""
+    message = context.get("message") or "unhandled error"
     exception = context.get("exception")
-    _log.warning("asyncio loop: %s", context.get("message") or "unhandled error",
-                 exc_info=(type(exception), exception, exception.__traceback__) if exception else None)
+    level = logging.DEBUG if message.startswith(_EXPECTED_LOOP_MESSAGES) else logging.WARNING
+    _log.log(level, "asyncio loop: %s", message,
+             exc_info=(type(exception), exception, exception.__traceback__) if exception else None)
 
 
 class Connection:

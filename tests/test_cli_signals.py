@@ -1,0 +1,88 @@
+"""SIGINT and SIGTERM at any moment of ``knowledge ingest`` (issue 20; `knowledge.stress_signals`).
+
+The console script runs as a subprocess in a session of its own, on each loop, on a database of its
+own (so one loop's connections are not counted as the other's); the signal comes at a random moment
+from the interpreter's start to the last commit, sometimes twice. Every round must end with one line
+and 130 / 143 (or 0 had it finished first), nothing of its session left running, its connections
+closed, whole documents only and no artifact without an expiry that no document holds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from knowledge.stress_signals import Round, interrupt_cli, table
+from supervisors.embedded_pg import embedded_status
+from tests.conftest import new_database
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+FOLDER = CORPUS / "docs-etcd"
+#: Moments per loop for SIGINT (the issue's 50), and for SIGTERM.
+SIGINT_ROUNDS = 50
+SIGTERM_ROUNDS = 10
+
+
+def _corpus() -> None:
+    if not FOLDER.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{FOLDER} is missing (CI runs with ../shared beside the clone)")
+        pytest.skip(f"{FOLDER} is missing: this test needs ../shared/corpus")
+
+
+def test_sigint_and_sigterm_at_random_moments_of_an_ingest_under_both_loops(admin_dsn: str) -> None:
+    _corpus()
+    dsns = {loop: new_database(admin_dsn) for loop in ("trio", "asyncio")}
+    results: dict[str, list[Round]] = {}
+
+    async def one_loop(loop: str, seed: int) -> None:
+        rounds = await interrupt_cli(SIGINT_ROUNDS, dsns[loop], FOLDER, loop=loop, seed=seed, twice_share=0.1)
+        rounds += await interrupt_cli(SIGTERM_ROUNDS, dsns[loop], FOLDER, loop=loop, seed=seed + 100,
+                                      signals=(signal.SIGTERM,), twice_share=0.2)
+        results[loop] = rounds
+
+    async def both() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one_loop, "trio", 1)
+            tg.start_soon(one_loop, "asyncio", 2)
+
+    anyio.run(both)
+    everything = results["trio"] + results["asyncio"]
+    report = "\n".join(table(everything))
+    assert not [r for r in everything if r.problems], report
+    # The moments did land mid-command, not only before or after it.
+    for loop in ("trio", "asyncio"):
+        interrupted = [r for r in results[loop] if not r.finished_first]
+        assert len(interrupted) >= SIGINT_ROUNDS // 2, report
+        assert any(r.documents > 0 for r in interrupted), report  # some stopped with documents landed
+        assert any(r.twice for r in interrupted), report
+
+
+def test_an_interrupted_command_stops_the_embedded_server_it_started(tmp_path: Path) -> None:
+    """Without a DSN the command starts its own server; interrupted, it stops it on the way out."""
+    _corpus()
+    env = {k: v for k, v in os.environ.items() if k != "KNOWLEDGE_DSN"}
+    data_dir = tmp_path / "kdata"
+    command = [str(Path(sys.executable).parent / "knowledge"), "--data-dir", str(data_dir), "ingest", str(FOLDER)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while embedded_status(data_dir) is None and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert embedded_status(data_dir) is not None, "the command never started its server"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130 and err.strip() == "knowledge: interrupted", (process.returncode, err)
+    assert embedded_status(data_dir) is None  # stopped, not left running
