@@ -581,15 +581,25 @@ class KillReport:
     lost: list[str]
     storage: list[str]
     live_documents: int
+    signal_name: str = "SIGKILL"
+    #: SIGINT / SIGTERM: how each host ended (exit codes), what it left running, its seconds to exit.
+    exits: Counter[int] = field(default_factory=Counter)
+    leftovers: list[str] = field(default_factory=list)
+    exit_seconds: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.storage)
+        return not (self.lost or self.storage or self.leftovers)
 
     def lines(self) -> list[str]:
-        return [f"kill-host: {self.rounds} hosts SIGKILLed mid-ingest; {self.acknowledged} ingests acknowledged "
-                f"before the kills, {len(self.lost)} lost; after restart {self.live_documents} live documents, "
-                f"{len(self.storage)} partial or orphaned"] + [f"  ! {p}" for p in (self.lost + self.storage)[:40]]
+        lines = [f"kill-host: {self.rounds} hosts sent {self.signal_name} mid-ingest; {self.acknowledged} ingests "
+                 f"acknowledged before the signals, {len(self.lost)} lost; after restart {self.live_documents} live "
+                 f"documents, {len(self.storage)} partial or orphaned"]
+        if self.exit_seconds:
+            lines.append(f"  exits {dict(sorted(self.exits.items()))}; seconds from the signal to the exit: max "
+                         f"{max(self.exit_seconds):.2f}, median {statistics.median(self.exit_seconds):.2f}; "
+                         f"{len(self.leftovers)} processes left running")
+        return lines + [f"  ! {p}" for p in (self.lost + self.storage + self.leftovers)[:40]]
 
 
 async def victim(data_dir: Path, dsn: str | None, seed: int) -> None:
@@ -606,7 +616,12 @@ async def victim(data_dir: Path, dsn: str | None, seed: int) -> None:
                 path = rng.choice(corpus.markdown)
                 ref = await svc.artifacts.put("victim", path.read_bytes(), media_type="text/markdown",
                                               trust=TrustLevel.USER)
-                doc = await svc.ingest(ref, path.stem, "tenant", alice, origin_trust=TrustLevel.USER)
+                try:
+                    doc = await svc.ingest(ref, path.stem, "tenant", alice, origin_trust=TrustLevel.USER)
+                except KnowledgeError as exc:  # a refusal (a file holding a secret): the next one
+                    if exc.reason in ("database_unavailable", "service_closed"):
+                        raise
+                    continue
                 print(json.dumps({"acked": str(doc.document_id), "version": doc.version}), flush=True)
 
         async with anyio.create_task_group() as tg:
@@ -614,17 +629,24 @@ async def victim(data_dir: Path, dsn: str | None, seed: int) -> None:
                 tg.start_soon(ingest_forever)
 
 
-async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, seed: int = 0) -> KillReport:
-    """SIGKILL a host process mid-ingest ``rounds`` times, restarting on the same database each time;
-    then check that every acknowledged ingest is there and nothing is partial or orphaned."""
+async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, seed: int = 0,
+                    signum: int = signal.SIGKILL) -> KillReport:
+    """Send ``signum`` to a host process mid-ingest ``rounds`` times, restarting on the same database
+    each time; then check that every acknowledged ingest is there and nothing is partial or orphaned.
+    SIGINT and SIGTERM go to a host that handles them as the CLI does (`knowledge.cli.interrupt`: the
+    signal cancels its work): it must exit on its own within `HOST_EXIT_SECONDS`, leaving nothing of
+    its session running (the embedder child, parser children)."""
     rng = random.Random(seed)
+    report = KillReport(rounds, 0, [], [], 0, signal.Signals(signum).name)
     acknowledged: set[uuid.UUID] = set()
     folder = data_dir or Path(tempfile.mkdtemp(prefix="knowledge-kill-"))
     try:
         for n in range(rounds):
             command = [sys.executable, "-m", "knowledge.stress", "--victim", "--data-dir", str(folder),
-                       "--seed", str(seed + n)] + (["--dsn", dsn] if dsn else [])
-            process = await anyio.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                       "--seed", str(seed + n)] + (["--dsn", dsn] if dsn else []) + (
+                       ["--handle-signals"] if signum != signal.SIGKILL else [])
+            process = await anyio.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                               start_new_session=True)
             try:
                 assert process.stdout is not None
                 buffer = b""
@@ -644,11 +666,8 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, seed: i
                         if ready and kill_at is not None and time.monotonic() >= kill_at:
                             break
             finally:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGKILL)
                 with anyio.CancelScope(shield=True):
-                    await process.wait()
-                    await process.aclose()
+                    await _end_host(process, signum, report)
         settings = Settings(dsn=dsn, data_dir=folder, sweep_interval_seconds=None)
         async with KnowledgeService.open(settings) as svc:
             rows = await svc.db.fetch(
@@ -657,12 +676,43 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, seed: i
             storage = await audit_storage(svc.db, None, ["victim"])
             if dsn is not None:
                 await svc.db.execute("DELETE FROM knowledge_documents WHERE tenant_id = 'victim'")
-        lost = [f"acknowledged document {d} is gone" for d in sorted(acknowledged - present, key=str)]
-        return KillReport(rounds, len(acknowledged), lost, storage.partial + storage.orphans + storage.statistics,
-                          storage.live_documents)
+        report.lost = [f"acknowledged document {d} is gone" for d in sorted(acknowledged - present, key=str)]
+        report.acknowledged, report.live_documents = len(acknowledged), storage.live_documents
+        report.storage = storage.partial + storage.orphans + storage.statistics
+        return report
     finally:
         if data_dir is None:
             await _discard_embedded(folder)
+
+
+#: How long a host sent SIGINT or SIGTERM may take to exit on its own before it counts as hung.
+HOST_EXIT_SECONDS = 60.0
+
+
+async def _end_host(process: anyio.abc.Process, signum: int, report: KillReport) -> None:
+    """Send the signal; for SIGINT / SIGTERM, wait for the host to exit on its own and record how
+    (and anything of its session left running); reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.Signals(signum))
+    if signum != signal.SIGKILL:
+        sent = time.monotonic()
+        with anyio.move_on_after(HOST_EXIT_SECONDS):
+            await process.wait()
+        report.exit_seconds.append(time.monotonic() - sent)
+        if process.returncode is None:
+            report.leftovers.append(f"host {process.pid} still running {HOST_EXIT_SECONDS:.0f} s after the signal")
+        else:
+            report.exits[process.returncode] += 1
+        await anyio.sleep(0.5)  # children notice their parent's end
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if p.pid != process.pid and os.getsid(p.pid) == process.pid:
+                    report.leftovers.append(f"left running by host {process.pid}: {' '.join(p.cmdline()[:4])}")
+                    p.kill()
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGKILL)
+    await process.wait()
+    await process.aclose()
 
 
 def _victim_main() -> None:
@@ -673,8 +723,19 @@ def _victim_main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--handle-signals", action="store_true", help="SIGINT / SIGTERM cancel the work")
     args = parser.parse_args()
-    anyio.run(victim, args.data_dir, args.dsn, args.seed, backend="trio")
+    if not args.handle_signals:
+        anyio.run(victim, args.data_dir, args.dsn, args.seed, backend="trio")
+        return
+    from knowledge.cli.interrupt import run
+    from knowledge.console import Interrupted, install
+
+    install()
+    try:
+        run(functools.partial(victim, args.data_dir, args.dsn, args.seed), "trio")
+    except Interrupted as exc:
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/stress_service.py [--duration 60] [--loop trio|asyncio] [--faults]
         [--seed 0] [--dsn DSN] [--audit-every 10] [--tenants 3] [--ingesters 2] [--searchers 3]
         [--workers 2] [--pdf-share 0.05]
-    .venv/bin/python scripts/stress_service.py --kill-host 5      # SIGKILL the host mid-ingest 5 times
+    .venv/bin/python scripts/stress_service.py --kill-host 5 [--signal KILL|INT|TERM]  # the host, mid-ingest
+    .venv/bin/python scripts/stress_service.py --interrupt-cli 50 [--loop trio|asyncio] [--signal INT|TERM]
 
 Prints operations/s and p50/p99 latency per operation, outcomes by reason, RSS (start, peak, end),
 and the audit: leaks, partial documents, orphans, statistics, attachments, leftover processes,
@@ -13,12 +14,16 @@ connections and tasks. Exits 1 if any invariant broke. Needs ../shared/corpus.
 from __future__ import annotations
 
 import argparse
+import functools
+import signal
 import sys
 from pathlib import Path
 
 import anyio
 
-from knowledge.stress import StressOptions, kill_host, run_stress
+from knowledge.stress import CORPUS, StressOptions, kill_host, run_stress
+from knowledge.stress_signals import interrupt_cli, table
+from supervisors.embedded_pg import start_embedded, throwaway_data_dir
 
 
 def main() -> int:
@@ -38,11 +43,19 @@ def main() -> int:
     parser.add_argument("--send-every", type=float, nargs=2, default=(0.05, 0.3), metavar=("MIN", "MAX"),
                         help="seconds between attachments (the arm on: e.g. 1 6)")
     parser.add_argument("--kill-host", type=int, default=0, metavar="ROUNDS")
+    parser.add_argument("--interrupt-cli", type=int, default=0, metavar="ROUNDS",
+                        help="signal `knowledge ingest` (--folder) at random moments (knowledge.stress_signals)")
+    parser.add_argument("--folder", type=Path, default=CORPUS / "docs-etcd")
+    parser.add_argument("--signal", choices=["KILL", "INT", "TERM"], default=None,
+                        help="--kill-host: KILL (default); --interrupt-cli: INT and TERM (default: both)")
     args = parser.parse_args()
     if args.kill_host:
-        killed = anyio.run(kill_host, args.kill_host, args.data_dir, args.dsn, args.seed, backend=args.loop)
+        signum = signal.Signals["SIG" + (args.signal or "KILL")]
+        killed = anyio.run(kill_host, args.kill_host, args.data_dir, args.dsn, args.seed, signum, backend=args.loop)
         print("\n".join(killed.lines()))
         return 0 if killed.ok else 1
+    if args.interrupt_cli:
+        return interrupt(args)
     options = StressOptions(duration=args.duration, faults=args.faults, seed=args.seed, dsn=args.dsn,
                             data_dir=args.data_dir, tenants=args.tenants, ingesters=args.ingesters,
                             searchers=args.searchers, workers=args.workers, pdf_share=args.pdf_share,
@@ -52,6 +65,18 @@ def main() -> int:
           f"seed={args.seed}")
     print("\n".join(report.lines()))
     return 0 if report.ok else 1
+
+
+def interrupt(args: argparse.Namespace) -> int:
+    """``knowledge ingest`` signalled at random moments, on a throwaway server unless ``--dsn``."""
+    signals = [signal.Signals["SIG" + args.signal]] if args.signal else [signal.SIGINT, signal.SIGTERM]
+    with throwaway_data_dir("knowledge-interrupt-", dsn=args.dsn) as data_dir:
+        dsn = args.dsn or start_embedded(data_dir).dsn("postgres")
+        rounds = anyio.run(functools.partial(interrupt_cli, args.interrupt_cli, dsn, args.folder, loop=args.loop,
+                                             signals=signals, seed=args.seed))
+    print(f"interrupt-cli: {args.interrupt_cli} rounds of `knowledge --loop {args.loop} ingest {args.folder}`")
+    print("\n".join(table(rounds)))
+    return 1 if any(r.problems for r in rounds) else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ parser children SIGKILLed."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from knowledge.semantic.encoder import available as semantic_available
@@ -34,12 +36,18 @@ async def test_stress_with_faults_keeps_every_invariant(anyio_backend_name: str)
     assert accepted > 50 and report.live_documents > 20, text
 
 
-async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend_name: str) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=lambda n: n.name)
+async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend_name: str, signum: int) -> None:
+    """SIGKILL: nothing acknowledged lost, nothing partial. SIGINT / SIGTERM to a host that handles
+    them (its work cancelled): the same, and it exits on its own with 128 + n, leaving nothing of
+    its session running."""
     if anyio_backend_name != "trio":
         pytest.skip("the victim host runs under trio; one run is enough")
-    killed = await kill_host(2, None, None, seed=5)
+    killed = await kill_host(2, None, None, seed=5, signum=signum)
     assert killed.ok, "\n".join(killed.lines())
     assert killed.acknowledged > 20 and killed.live_documents >= killed.acknowledged
+    if signum != signal.SIGKILL:
+        assert killed.exits == {128 + signum: 2}, "\n".join(killed.lines())
 
 
 @pytest.mark.skipif(not semantic_available(), reason="the semantic extra is not installed")
