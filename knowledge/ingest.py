@@ -408,8 +408,9 @@ class Ingestor:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 async with self.db.connection() as conn:
                     await _bump(conn, tenant, outcome, reason)
-        except Exception:
-            _log.warning("could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
+        except Exception as exc:  # (the database gone too: expected, and said by the failure itself)
+            _log.log(logging.INFO if is_transient(exc) else logging.WARNING,
+                     "could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
 
 
 @dataclass

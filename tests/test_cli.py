@@ -405,6 +405,58 @@ def test_console_script_and_the_embedded_server_lifecycle(tmp_path: Path, corpus
     assert after.returncode == 3 and "not running" in after.stdout
 
 
+def _documents(dsn: str, tenant: str) -> int:
+    async def count() -> int:
+        from knowledge.store.db import Database, open_bridge
+
+        async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+            return int(await db.fetchval("SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1", tenant))
+
+    return anyio.run(count)
+
+
+def test_db_stop_refuses_while_an_ingest_runs_and_forced_the_ingest_says_what_landed(tmp_path: Path) -> None:
+    """``db stop`` under another process's ingest says clients are connected (exit 1); ``--force``
+    stops it; the ingest then prints what landed (whole documents, all there after a restart) and
+    exits 3 with one line saying so."""
+    env = {k: v for k, v in os.environ.items() if k != "KNOWLEDGE_DSN"}
+    data_dir, folder = str(tmp_path / "kdata"), tmp_path / "many"
+    folder.mkdir()
+    for i in range(2000):
+        (folder / f"note-{i:04}.md").write_text(f"# Note {i}\n\n" + f"Pelican {i} glides over harbour {i}. " * 40)
+    started = _script("--data-dir", data_dir, "--json", "db", "start", env=env)
+    assert started.returncode == 0, started.stderr
+    dsn = json.loads(started.stdout)["dsn"]
+    ingest = subprocess.Popen([str(SCRIPT), "--data-dir", data_dir, "--tenant", "cut", "--json", "ingest", str(folder)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while _documents(dsn, "cut") < 20 and ingest.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused = _script("--data-dir", data_dir, "db", "stop", env=env)
+        assert refused.returncode == 1 and "clients connected" in refused.stderr and "--force" in refused.stderr
+        forced = _script("--data-dir", data_dir, "db", "stop", "--force", env=env)
+        assert forced.returncode == 0, forced.stderr
+        out, err = ingest.communicate(timeout=120)
+    finally:
+        if ingest.poll() is None:
+            ingest.kill()
+            ingest.wait()
+    assert ingest.returncode == 3, err
+    report = json.loads(out)
+    landed = [f for f in report["files"] if f["outcome"] == "ingested"]
+    assert 20 <= len(landed) < 2000 and report["exit_code"] == 3
+    assert {f["reason"] for f in report["files"] if f["outcome"] != "ingested"} == {"not_ingested"}
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("knowledge: database unavailable") and f"{len(landed)} of 2000 files" in last, err
+    assert "Traceback" not in err
+    try:
+        assert _script("--data-dir", data_dir, "db", "start", env=env).returncode == 0
+        assert _documents(dsn, "cut") == len(landed)  # what it said landed, and nothing else
+    finally:
+        _script("--data-dir", data_dir, "db", "stop", "--force", env=env)
+
+
 @pytest.mark.slow
 def test_worker_runs_until_sigterm(database_dsn: str) -> None:
     env = {**os.environ, "KNOWLEDGE_DSN": database_dsn}

@@ -13,6 +13,7 @@ The CLI's principal (``--principal``, default ``operator``) holds ``knowledge.wr
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -125,9 +126,33 @@ def describe(exc: BaseException) -> tuple[int, str]:
     return EXIT_REFUSED, f"unexpected error: {type(exc).__name__}: {_one_line(str(exc))}"
 
 
+class _OneLine(logging.Formatter):
+    """A library's warning as one line on stderr, without its traceback (``KNOWLEDGE_TRACEBACK=1``
+    keeps them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if os.environ.get("KNOWLEDGE_TRACEBACK"):
+            return super().format(record)
+        return "knowledge: " + _one_line(record.getMessage())
+
+
+def log_to_stderr() -> None:
+    """Warnings from the libraries below as single lines (once per process); asyncpg's pool, which
+    logs every failed reconnect with a traceback while a server is away, only when it is an error."""
+    root = logging.getLogger()
+    if not any(isinstance(h.formatter, _OneLine) for h in root.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(_OneLine())
+        handler.setLevel(logging.WARNING)
+        root.addHandler(handler)
+        root.setLevel(min(root.level or logging.WARNING, logging.WARNING))
+    logging.getLogger("asyncpg").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script ``knowledge``: run one command; return its exit code, never a traceback
     (set ``KNOWLEDGE_TRACEBACK=1`` to see one on stderr as well)."""
+    log_to_stderr()
     try:
         command = typer.main.get_command(app)
         result = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="knowledge",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from knowledge.cli.context import EXIT_UNAVAILABLE, CliError, Options, open_service, options
+from knowledge.cli.context import EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Options, open_service, options
 from knowledge.service import Health
+from knowledge.store.db import Database, open_bridge
 from supervisors.embedded_pg import BIN, embedded_status, start_embedded, stop_embedded
 
 db_app = typer.Typer(help="The embedded PostgreSQL server (of --data-dir).", no_args_is_help=True)
@@ -55,11 +56,33 @@ def start(ctx: typer.Context) -> int:
     return 0
 
 
+#: The server's client connections other than the asking one, by application name.
+_CLIENTS_SQL = """
+SELECT coalesce(nullif(application_name, ''), '(unnamed)') AS app, count(*) AS n FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 2 DESC, 1
+"""
+
+
+async def connected_clients(dsn: str) -> dict[str, int]:
+    """The server's other client connections, by application name (``knowledge-cli``, a worker…)."""
+    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+        return {r["app"]: int(r["n"]) for r in await db.fetch(_CLIENTS_SQL)}
+
+
 @db_app.command("stop")
-def stop(ctx: typer.Context) -> int:
-    """Stop the embedded server, whoever started it."""
+def stop(ctx: typer.Context, force: Annotated[bool, typer.Option(
+        "--force", help="Stop even with clients connected: their transactions roll back and their commands end "
+                        "with 'database unavailable' (what they committed stays).")] = False) -> int:
+    """Stop the embedded server, whoever started it — unless clients are connected (then --force)."""
     opts = options(ctx)
     data_dir = _embedded_only(opts, "stop")
+    server = embedded_status(data_dir)
+    if server is not None and not force:
+        clients = opts.run(lambda: connected_clients(server.dsn("postgres")))
+        if clients:
+            listed = ", ".join(f"{n} {app}" for app, n in clients.items())
+            raise CliError(f"{sum(clients.values())} clients connected ({listed}): stop them first, or stop the "
+                           "server anyway with: knowledge db stop --force", EXIT_REFUSED)
     stopped = stop_embedded(data_dir)
     if opts.out.json:
         opts.out.emit_json({"stopped": stopped, "data_dir": str(data_dir)})

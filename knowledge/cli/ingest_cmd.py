@@ -12,11 +12,12 @@ copy of the source.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mimetypes
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,7 +28,7 @@ from pydantic import BaseModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from knowledge.catalog import live_document
-from knowledge.cli.context import EXIT_OK, EXIT_REFUSED, CliError, Options, open_service, options
+from knowledge.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Options, open_service, options
 from knowledge.cli.output import human_bytes
 from knowledge.errors import ArtifactTooLarge, KnowledgeError
 from knowledge.ingest import IngestRefused, IngestRequest
@@ -42,8 +43,10 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.render import PATH_SEPARATOR
+from knowledge.retry import unavailable
 from knowledge.semantic.queue import Backlog
 from knowledge.service import KnowledgeService
+from knowledge.store.db import is_transient
 
 #: What counts as success: no refusal among these outcomes.
 OK_OUTCOMES = ("ingested", "new_version", "unchanged")
@@ -171,6 +174,27 @@ async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, t
 UNAVAILABLE = ("database_unavailable", "embedded_server")
 
 
+def lost_database(exc: BaseException) -> KnowledgeError | None:
+    """The typed error if ``exc`` (or the one leaf of its group) means the database went away."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, KnowledgeError) and exc.reason in UNAVAILABLE:
+        return exc
+    if isinstance(exc, Exception) and is_transient(exc):
+        return unavailable("ingest", exc)
+    return None
+
+
+class IngestCut(Exception):
+    """The database went away mid-command: what each file came to until then (`FileOutcome`s), and
+    the error. Every document reported committed is whole and stays; the rest were not written."""
+
+    def __init__(self, results: list[FileOutcome], error: KnowledgeError) -> None:
+        super().__init__(error.message)
+        self.results = results
+        self.error = error
+
+
 async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> FileOutcome:
     """One file's outcome from its ingest's."""
     out = upload.out
@@ -241,50 +265,108 @@ def ingest(
     request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
                                "authority": authority, "sensitivity": sensitivity}
     began = time.perf_counter()
-    results, backlog = opts.run(lambda: _ingest_all(opts, principal, files, request, wait_embedded))
+    cut: IngestCut | None = None
+    try:
+        results, backlog = opts.run(lambda: _ingest_all(opts, principal, files, request, wait_embedded))
+    except IngestCut as exc:
+        cut, results, backlog = exc, exc.results, None
     elapsed = time.perf_counter() - began
     counts = tally(results)
     code = EXIT_OK if all(r.outcome in OK_OUTCOMES for r in results) else EXIT_REFUSED
+    if cut is not None:
+        code = EXIT_UNAVAILABLE
     if opts.out.json:
-        opts.out.emit_json({"files": results, "outcomes": counts, "embedding_backlog": backlog, "exit_code": code})
-        return code
-    _report(opts, results, counts, elapsed)
-    if backlog is not None:
-        opts.out.line(backlog.describe())
+        opts.out.emit_json({"files": results, "outcomes": counts, "embedding_backlog": backlog, "exit_code": code,
+                            **({"error": f"database unavailable: {cut.error.message}"} if cut else {})})
+    else:
+        _report(opts, results, counts, elapsed)
+        if backlog is not None:
+            opts.out.line(backlog.describe())
+    if cut is not None:
+        landed = sum(r.outcome in OK_OUTCOMES for r in results)
+        raise CliError(f"database unavailable: {' '.join(cut.error.message.split())[:300]} — {landed} of "
+                       f"{len(results)} files were in before it went away (whole documents; run the same "
+                       "command again for the rest)", EXIT_UNAVAILABLE)
     return code
+
+
+@dataclass
+class _Run:
+    """One command's files as far as it got (for `IngestCut` when the database goes away)."""
+
+    uploads: list[_Upload] = field(default_factory=list)
+    pending: list[_Upload] = field(default_factory=list)
+    done: dict[int, Outcome] = field(default_factory=dict)
+
+    def cut(self, error: KnowledgeError) -> IngestCut:
+        for i, u in enumerate(self.pending):
+            u.out = landed(u, self.done.get(i))
+        return IngestCut([u.out for u in self.uploads], error)
 
 
 async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Path, str]],
                       request: dict[str, Any], wait_embedded: float | None) -> tuple[list[FileOutcome], Backlog | None]:
     """Read and put every file, then ingest them together (`KnowledgeService.ingest_many`: the next
-    documents prepared while the server writes a group of them), then expire the uploads."""
+    documents prepared while the server writes a group of them), then expire the uploads. If the
+    database goes away, `IngestCut` with what landed (the first such outcome stops the rest)."""
+    run = _Run()
+    try:
+        return await _ingest_run(opts, principal, files, request, wait_embedded, run)
+    except BaseException as exc:
+        if (error := lost_database(exc)) is None:
+            raise
+        raise run.cut(error) from exc
+
+
+async def _ingest_run(opts: Options, principal: Principal, files: list[tuple[Path, str]], request: dict[str, Any],
+                      wait_embedded: float | None, run: _Run) -> tuple[list[FileOutcome], Backlog | None]:
     backlog = None
     async with open_service(opts) as svc:
         progress = _progress(opts)
         with progress:
             task = progress.add_task("reading", total=len(files))
-            uploads: list[_Upload] = []
             for file, title in files:
                 progress.update(task, description=f"reading {file.name[:40]}")
-                uploads.append(await upload_file(svc, principal, file, title, request))
+                run.uploads.append(await upload_file(svc, principal, file, title, request))
                 progress.advance(task)
-            pending = [u for u in uploads if u.request is not None]
-            progress.update(task, description="ingesting", completed=len(uploads) - len(pending))
-            try:
-                outcomes = await svc.ingest_many([u.request for u in pending if u.request is not None],
-                                                 on_done=lambda _i, _o: progress.advance(task))
-            finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
-                with anyio.move_on_after(5, shield=True):
-                    await svc.artifacts.expire_now(principal.tenant_id,
-                                                   [u.request.source.artifact_id for u in pending if u.request])
-        for u, outcome in zip(pending, outcomes, strict=True):
-            u.out = await settle(svc, u, outcome)
+            run.pending = pending = [u for u in run.uploads if u.request is not None]
+            progress.update(task, description="ingesting", completed=len(run.uploads) - len(pending))
+            lost: list[KnowledgeError] = []
+            with anyio.CancelScope() as ingesting:
+                def on_done(index: int, outcome: Outcome) -> None:
+                    run.done[index] = outcome
+                    progress.advance(task)
+                    if isinstance(outcome, BaseException) and (error := lost_database(outcome)):
+                        lost.append(error)  # the rest would fail alike, each after its retries
+                        ingesting.cancel()
+
+                try:
+                    await svc.ingest_many([u.request for u in pending if u.request is not None], on_done=on_done)
+                finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
+                    with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
+                        await svc.artifacts.expire_now(principal.tenant_id,
+                                                       [u.request.source.artifact_id for u in pending if u.request])
+            if lost:
+                raise lost[0]
+        for i, u in enumerate(pending):  # (an outcome that says the database went away is raised)
+            u.out = await settle(svc, u, run.done[i])
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
         if svc.drain is not None:
             if wait_embedded:
                 await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
             backlog = await svc.embedding_backlog(principal.tenant_id)
-    return [u.out for u in uploads], backlog
+    return [u.out for u in run.uploads], backlog
+
+
+def landed(upload: _Upload, outcome: Outcome | None) -> FileOutcome:
+    """A file's outcome without the database (it went away): committed, refused, or not written."""
+    out = upload.out
+    if isinstance(outcome, KnowledgeDocument):
+        return out.model_copy(update={"outcome": "new_version" if upload.existing else "ingested",
+                                      "document_id": outcome.document_id, "version": outcome.version})
+    if isinstance(outcome, KnowledgeError) and lost_database(outcome) is None:
+        return out.model_copy(update={"reason": outcome.reason, "message": outcome.message})
+    return out.model_copy(update={"reason": "not_ingested", "message": "the database went away first"})
 
 
 def _progress(opts: Options) -> Progress:
@@ -318,7 +400,8 @@ def _report(opts: Options, results: list[FileOutcome], counts: dict[str, int], e
     if done and len(done) <= 20:
         out.table("Ingested", ["path", "document", "v", "chunks", "type"],
                   [(r.path, r.document_id, r.version, r.chunks, r.media_type) for r in done], wrap=["path"])
-    refused = [r for r in results if r.outcome not in OK_OUTCOMES]
+    refused = [r for r in results if r.outcome not in OK_OUTCOMES and r.reason != "not_ingested"]
+    untried = len(results) - len(done) - counts.get("unchanged", 0) - len(refused)
     if refused:
         out.table("Refused", ["path", "reason", "detail"], [(r.path, r.reason, _detail(r)) for r in refused],
                   wrap=["path", "detail"])
@@ -327,6 +410,7 @@ def _report(opts: Options, results: list[FileOutcome], counts: dict[str, int], e
     size = sum(r.size_bytes or 0 for r in results)
     files = f"{len(results)} file{'s' * (len(results) != 1)}"
     out.line(f"{files}, {human_bytes(size)} in {elapsed:.1f}s: {len(done)} ingested, "
-             f"{counts.get('unchanged', 0)} unchanged, {len(refused)} refused")
+             f"{counts.get('unchanged', 0)} unchanged, {len(refused)} refused"
+             + (f", {untried} not ingested (the database went away)" if untried else ""))
     if len(done) > 20:
         out.line("list them with: knowledge docs list")

