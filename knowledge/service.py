@@ -61,7 +61,7 @@ from knowledge.search import LexicalArm, Searcher, get_chunk
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending
-from knowledge.semantic.store import ensure_index
+from knowledge.semantic.store import ensure_index, table_exists
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
@@ -122,6 +122,13 @@ class Health(BaseModel):
     workers: MaintenanceStatus | None = None
     #: The semantic arm, when on: its model version, whether its child is up, its restarts.
     semantic: SemanticStatus | None = None
+
+
+#: Why a service with the default ``semantic_arm`` runs lexical-only on this server.
+NO_PGVECTOR = ("the semantic arm is off: this server has no pgvector (the vector extension is not available, or "
+               "this role may not create it), so search is lexical-only. To turn it on, have an administrator run "
+               "CREATE EXTENSION vector in this database, then restart; to silence this, set "
+               "KNOWLEDGE_SEMANTIC_ARM=off")
 
 
 class KnowledgeService:
@@ -201,7 +208,10 @@ class KnowledgeService:
                     svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
                         if semantic.enabled(settings.semantic_arm):
-                            await svc._enable_semantic()
+                            if settings.semantic_arm is None and not await table_exists(db):
+                                _log.warning(NO_PGVECTOR)  # the default, not a requirement: lexical-only
+                            else:
+                                await svc._enable_semantic()
                         yield svc
                     tg.cancel_scope.cancel()
                 held.reraise()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import urllib.parse
+import uuid
 
 import pytest
 
-from knowledge.errors import MigrationError
-from knowledge.store.db import Database, open_bridge
+from knowledge.config import Settings
+from knowledge.errors import ConfigurationError, MigrationError
+from knowledge.semantic.encoder import available as semantic_available
+from knowledge.semantic.store import table_exists
+from knowledge.service import NO_PGVECTOR, KnowledgeService
+from knowledge.store.db import Database, dsn_with_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
 from tests.conftest import create_database, new_database
 
@@ -73,3 +80,38 @@ async def test_every_key_carries_tenant_id(database_dsn: str) -> None:
     offenders = [(r["tbl"], r["contype"], r["cols"]) for r in rows
                  if r["tbl"] != "knowledge_schema_migrations" and "tenant_id" not in r["cols"]]
     assert offenders == []
+
+
+def _as_role(dsn: str, role: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{role}@{host}"))
+
+
+@pytest.mark.skipif(not semantic_available(), reason="the semantic extra is not installed")
+@pytest.mark.anyio
+async def test_without_pgvector_the_default_runs_lexical_only_and_the_arm_appears_once_it_is_created(
+        admin_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A role that may not create the vector extension: the default settings open lexical-only with
+    one warning (the arm explicitly required is a clear error); once an administrator creates the
+    extension, the next start creates the arm's table although 0008 is recorded as applied."""
+    role, name = f"kt_plain_{uuid.uuid4().hex[:8]}", f"knowledge_test_{uuid.uuid4().hex[:12]}"
+    async with open_bridge() as bridge, Database.open(admin_dsn, bridge=bridge, min_size=1, max_size=1) as admin:
+        await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        await admin.execute(f"CREATE DATABASE {name} OWNER {role}")
+    plain = _as_role(dsn_with_database(admin_dsn, name), role)
+    settings = Settings(dsn=plain, semantic_arm=None, sweep_interval_seconds=None, pool_min_size=1, pool_max_size=2)
+    with caplog.at_level(logging.WARNING, logger="knowledge.service"):
+        async with KnowledgeService.open(settings) as svc:
+            assert [a.name for a in svc.searcher.arms] == ["lexical"] and svc.embedder is None
+            assert 8 in await applied_versions(svc.db) and not await table_exists(svc.db)
+    assert caplog.messages.count(NO_PGVECTOR) == 1
+    with pytest.raises(ConfigurationError, match="pgvector"):
+        async with KnowledgeService.open(settings.model_copy(update={"semantic_arm": True})):
+            pass
+    async with open_bridge() as bridge:
+        async with Database.open(dsn_with_database(admin_dsn, name), bridge=bridge, min_size=1, max_size=1) as owner:
+            await owner.execute("CREATE EXTENSION vector")  # what an administrator does
+        async with Database.open(plain, bridge=bridge, min_size=1, max_size=1) as db:
+            assert await migrate(db) == []  # nothing new to record…
+            assert await table_exists(db)  # …but the arm's table is there now

@@ -5,6 +5,12 @@ SHA-256 in ``knowledge_schema_migrations``. The whole run holds a PostgreSQL adv
 two processes starting at once apply each migration exactly once (the second waits, then finds
 nothing to do). An applied file that was edited afterwards is refused: change the schema with a
 new file, never by editing an applied one.
+
+A migration may depend on what the server offers: 0008 creates the semantic arm's table only where
+the ``vector`` extension is available and may be created, and is recorded as applied either way.
+Such migrations are listed in `OPTIONAL` with the relation they create; while it is missing, every
+run applies the file again (it is written to be re-run), so the arm's schema appears as soon as an
+administrator makes pgvector available (``CREATE EXTENSION vector``) — no manual step.
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ CREATE TABLE IF NOT EXISTS knowledge_schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )
 """
+
+
+#: Migrations that create a relation only where the server allows it (see the module docstring):
+#: version -> the relation; applied again by every run while the relation is missing.
+OPTIONAL = {8: "knowledge_embeddings"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,10 @@ async def _apply_pending(conn: Connection) -> list[int]:
     done: list[int] = []
     for migration in known.values():
         if migration.version in applied:
+            relation = OPTIONAL.get(migration.version)
+            if relation is not None and not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", relation):
+                async with conn.transaction():  # the server may allow it now
+                    await conn.execute(migration.sql)
             continue
         async with conn.transaction():
             await conn.execute(migration.sql)
