@@ -63,7 +63,7 @@ from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending
 from knowledge.semantic.store import ensure_index, table_exists
 from knowledge.store.artifacts import ArtifactStore
-from knowledge.store.db import Database, ensure_database, open_bridge
+from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.structured import HeldError, call_in_group
 from knowledge.trace import (
@@ -183,7 +183,7 @@ class KnowledgeService:
                 server = await start_embedded_async(settings.data_dir)
                 await ensure_database(server.dsn("postgres"), settings.database, bridge)
                 url = server.dsn(settings.database)
-            async with Database.open(
+            async with open_creating(
                 url,
                 bridge=bridge,
                 min_size=settings.pool_min_size,

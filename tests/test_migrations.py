@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from knowledge.config import Settings
-from knowledge.errors import ConfigurationError, MigrationError
+from knowledge.errors import ConfigurationError, DatabaseUnavailable, MigrationError
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.semantic.store import table_exists
 from knowledge.service import NO_PGVECTOR, KnowledgeService
@@ -115,3 +115,21 @@ async def test_without_pgvector_the_default_runs_lexical_only_and_the_arm_appear
         async with Database.open(plain, bridge=bridge, min_size=1, max_size=1) as db:
             assert await migrate(db) == []  # nothing new to record…
             assert await table_exists(db)  # …but the arm's table is there now
+
+
+@pytest.mark.anyio
+async def test_a_missing_database_is_created_when_the_role_may_else_the_error_says_what_to_run(admin_dsn: str) -> None:
+    name = f"knowledge_test_{uuid.uuid4().hex[:12]}"
+    settings = Settings(dsn=dsn_with_database(admin_dsn, name), semantic_arm=False, sweep_interval_seconds=None,
+                        pool_min_size=1, pool_max_size=2)
+    async with KnowledgeService.open(settings) as svc:  # this role may: created, then migrated
+        assert await applied_versions(svc.db) == [m.version for m in discover()]
+    role = f"kt_plain_{uuid.uuid4().hex[:8]}"
+    async with open_bridge() as bridge, Database.open(admin_dsn, bridge=bridge, min_size=1, max_size=1) as admin:
+        await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB")
+    other = f"knowledge_test_{uuid.uuid4().hex[:12]}"
+    with pytest.raises(DatabaseUnavailable) as refused:
+        async with KnowledgeService.open(settings.model_copy(
+                update={"dsn": _as_role(dsn_with_database(admin_dsn, other), role)})):
+            pass
+    assert f'CREATE DATABASE "{other}" OWNER "{role}"' in refused.value.message

@@ -251,7 +251,7 @@ class Database:
         except TRANSIENT_ERRORS as exc:
             raise DatabaseUnavailable(message=f"cannot connect: {exc}") from exc
         except asyncpg.InvalidCatalogNameError as exc:
-            raise DatabaseUnavailable(message=str(exc)) from exc
+            raise DatabaseMissing(message=str(exc)) from exc
         try:
             yield cls(pool, bridge, dsn)
         finally:
@@ -356,6 +356,46 @@ async def ensure_database(admin_dsn: str, name: str, bridge: Bridge) -> bool:
         except asyncpg.UniqueViolationError:  # two creators racing on pg_database's index
             return False
         return True
+
+
+class DatabaseMissing(DatabaseUnavailable):
+    """The DSN names a database the server does not have."""
+
+
+@contextlib.asynccontextmanager
+async def open_creating(dsn: str, *, bridge: Bridge, **options: Any) -> AsyncIterator[Database]:
+    """`Database.open`, first creating the DSN's database if the server lacks it and the role may
+    create databases; if it may not, `DatabaseUnavailable` says exactly what an administrator runs."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            db = await stack.enter_async_context(Database.open(dsn, bridge=bridge, **options))
+        except DatabaseMissing:
+            await _create_missing(dsn, bridge)
+            db = await stack.enter_async_context(Database.open(dsn, bridge=bridge, **options))
+        yield db
+
+
+async def _create_missing(dsn: str, bridge: Bridge) -> None:
+    parts = urllib.parse.urlsplit(dsn)
+    query = urllib.parse.parse_qs(parts.query)
+    user = parts.username or (query.get("user") or [""])[0] or "the DSN's user"
+    name = parts.path.lstrip("/") or (query.get("dbname") or [""])[0] or user
+    hint = (f'database "{name}" does not exist on this server and this role ({user}) may not create it: have an '
+            f'administrator run  CREATE DATABASE "{name}" OWNER "{user}";  (or: createdb -O {user} {name}), '
+            "then try again")
+    if not _DB_NAME.fullmatch(name):
+        raise DatabaseUnavailable(message=hint)
+    for maintenance in ("postgres", "template1"):
+        try:
+            created = await ensure_database(dsn_with_database(dsn, maintenance), name, bridge)
+        except asyncpg.InvalidCatalogNameError:
+            continue  # no such maintenance database here: the next
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise DatabaseUnavailable(message=hint) from exc
+        if created:
+            _log.warning('created database "%s" (the DSN named it; it did not exist)', name)
+        return
+    raise DatabaseUnavailable(message=hint)
 
 
 def dsn_with_database(dsn: str, database: str) -> str:
