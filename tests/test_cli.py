@@ -35,6 +35,7 @@ from knowledge.render import parse_knowledge_block
 from knowledge.scan import find_secrets
 from knowledge.service import KnowledgeService
 from knowledge.turn import TurnRequest
+from tests.conftest import new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / "knowledge"
@@ -352,6 +353,7 @@ def test_db_status_and_psql_against_dsn(knowledge: Cli, capfd: pytest.CaptureFix
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     status = knowledge("--json", "db", "status")
     assert status.code == 0 and status.json()["running"] is True and status.json()["embedded"] is False
+    assert status.json()["dsn"] == database_dsn  # the DSN another tool would use
     for command in ("start", "stop"):
         refused = knowledge("db", command)
         assert refused.code == 2 and "--dsn" in refused.one_error_line()
@@ -366,6 +368,25 @@ def test_db_status_and_psql_against_dsn(knowledge: Cli, capfd: pytest.CaptureFix
     stopped = knowledge("--data-dir", str(tmp_path / "no-server"), "--json", "db", "status", dsn=None)
     assert stopped.code == 3 and stopped.json() == {"running": False, "embedded": True,
                                                     "data_dir": str(tmp_path / "no-server")}
+
+
+def test_db_dump_and_restore_bring_the_documents_back(knowledge: Cli, corpus: Path, admin_dsn: str,
+                                                     tmp_path: Path) -> None:
+    """``db dump`` (bundled pg_dump) then ``db restore`` into an empty database: the same documents,
+    searchable; restoring over a database that changed since puts it back as it was dumped."""
+    source = new_database(admin_dsn)
+    assert knowledge("ingest", str(corpus / "guide"), dsn=source).code == 0
+    archive = tmp_path / "kb.dump"
+    dumped = knowledge("db", "dump", str(archive), dsn=source)
+    assert dumped.code == 0 and archive.stat().st_size > 0, dumped.err
+    target = new_database(admin_dsn, migrated=False)
+    assert knowledge("db", "restore", str(archive), dsn=target).code == 0
+    assert [d["title"] for d in knowledge("--json", "docs", "list", dsn=target).json()] == ["runbook.md"]
+    found = knowledge("--json", "search", "revert the pelican release tag", dsn=target).json()
+    assert found["passages"] and "Revert the pelican release tag" in found["passages"][0]["text"]
+    assert knowledge("ingest", str(corpus / "notes.txt"), dsn=source).code == 0  # a change after the dump
+    assert knowledge("db", "restore", str(archive), dsn=source).code == 0
+    assert len(knowledge("--json", "docs", "list", dsn=source).json()) == 1
 
 
 def test_db_status_of_the_running_embedded_server(knowledge: Cli, admin_dsn: str,

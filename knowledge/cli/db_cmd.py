@@ -1,15 +1,16 @@
-"""``knowledge db start | stop | status | psql``: the embedded PostgreSQL server of ``--data-dir``.
+"""``knowledge db start | stop | status | dump | restore | psql``: the embedded server of ``--data-dir``.
 
 ``db start`` leaves the server running after it exits (every other command then joins it, and leaves
 it running); without it, each command starts the server for itself and stops it when it exits.
-``db psql`` runs the psql that ships with the embedded server against the service's database (or
-against ``--dsn``).
+``db psql``, ``db dump`` and ``db restore`` run the psql, pg_dump and pg_restore that ship with the
+embedded server against the service's database (or against ``--dsn``).
 """
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -91,6 +92,14 @@ def stop(ctx: typer.Context, force: Annotated[bool, typer.Option(
     return 0
 
 
+def _without_password(dsn: str) -> str:
+    """A DSN to show: its password (if any) replaced by ``***``."""
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
 @db_app.command("status")
 def status(ctx: typer.Context) -> int:
     """Whether the server answers (exit 0) or not (exit 3): the embedded one of --data-dir, or --dsn's."""
@@ -101,7 +110,7 @@ def status(ctx: typer.Context) -> int:
         facts: dict[str, Any] = {"running": health.ok or health.error is None, "embedded": False,
                                  "server_version": health.server_version, "database": health.database,
                                  "schema_version": health.schema_version, "schema_expected": health.schema_expected,
-                                 "latency_ms": round(health.latency_ms, 2)}
+                                 "latency_ms": round(health.latency_ms, 2), "dsn": _without_password(settings.dsn)}
     else:
         server = embedded_status(settings.data_dir)
         facts = {"running": server is not None, "embedded": True, "data_dir": str(settings.data_dir)}
@@ -116,25 +125,61 @@ def status(ctx: typer.Context) -> int:
         opts.out.line(f"embedded PostgreSQL running: pid {facts['pid']}, data {facts['pgdata']}\ndsn: {facts['dsn']}")
     else:
         opts.out.line(f"PostgreSQL {facts['server_version']} at --dsn: database {facts['database']}, schema "
-                      f"{facts['schema_version']}/{facts['schema_expected']}, {facts['latency_ms']} ms")
+                      f"{facts['schema_version']}/{facts['schema_expected']}, {facts['latency_ms']} ms\n"
+                      f"dsn: {facts['dsn']}")
     return 0 if facts["running"] else EXIT_UNAVAILABLE
+
+
+def _tool(opts: Options, name: str) -> tuple[Path, str]:
+    """A client program bundled with the embedded server, and the DSN of the service's database
+    (--dsn's, or the embedded server's: started or joined, the database created and migrated)."""
+    settings = opts.settings()
+    dsn = settings.dsn
+    if dsn is None:
+        opts.run(lambda: _health(opts))
+        server = embedded_status(settings.data_dir)
+        if server is None:
+            raise CliError("the embedded server is not running", EXIT_UNAVAILABLE)
+        dsn = server.dsn(settings.database)
+    binary = BIN / name
+    if not binary.exists():
+        raise CliError(f"{name} not found at {binary}", EXIT_UNAVAILABLE)
+    return binary, dsn
+
+
+@db_app.command("dump")
+def dump(ctx: typer.Context,
+         file: Annotated[Path, typer.Argument(help="The archive to write.", metavar="FILE")]) -> int:
+    """Back up the service's database (every tenant) to FILE with the bundled pg_dump (custom format).
+    Consistent while the service runs: one snapshot. Restore with: knowledge db restore FILE."""
+    binary, dsn = _tool(options(ctx), "pg_dump")
+    done = subprocess.run([str(binary), "--format=custom", "--no-owner", "--file", str(file), dsn], check=False)
+    if done.returncode != 0:
+        raise CliError(f"pg_dump failed (exit {done.returncode})", EXIT_UNAVAILABLE)
+    options(ctx).out.line(f"dumped to {file} ({file.stat().st_size:,} bytes)")
+    return 0
+
+
+@db_app.command("restore")
+def restore(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="An archive written by knowledge db dump.",
+                                                                  metavar="FILE", exists=True, dir_okay=False)],
+            ) -> int:
+    """Restore the service's database from FILE (bundled pg_restore): what it holds is replaced by the
+    archive's contents (--clean). Stop other clients first."""
+    binary, dsn = _tool(options(ctx), "pg_restore")
+    done = subprocess.run([str(binary), "--clean", "--if-exists", "--no-owner", "--single-transaction",
+                           "--dbname", dsn, str(file)], check=False)
+    if done.returncode != 0:
+        raise CliError(f"pg_restore failed (exit {done.returncode}); the database is as it was (one transaction)",
+                       EXIT_UNAVAILABLE)
+    options(ctx).out.line(f"restored from {file}")
+    return 0
 
 
 @db_app.command("psql", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def psql(ctx: typer.Context) -> int:
     """psql (bundled with the embedded server) on the service's database; extra arguments go to psql."""
-    opts = options(ctx)
-    settings = opts.settings()
-    dsn = settings.dsn
-    if dsn is None:
-        opts.run(lambda: _health(opts))  # start or join the server; create and migrate the database
-        server = embedded_status(settings.data_dir)
-        if server is None:
-            raise CliError("the embedded server is not running", EXIT_UNAVAILABLE)
-        dsn = server.dsn(settings.database)
-    binary = BIN / "psql"
-    if not binary.exists():
-        raise CliError(f"psql not found at {binary}", EXIT_UNAVAILABLE)
+    binary, dsn = _tool(options(ctx), "psql")
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # psql handles ^C itself (cancels the query)
     try:
         return subprocess.run([str(binary), dsn, *ctx.args], check=False).returncode
