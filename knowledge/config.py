@@ -89,6 +89,9 @@ class Settings(BaseModel):
     #: With the arm on, embed at start (in the background) every chunk lacking a vector under its
     #: model version (ingested with the arm off, or under another version).
     semantic_backfill: bool = True
+    #: With the arm on, embed queued chunk sets in this process (the embedding drain). Off for a
+    #: short-lived process that only searches: the drain's batches would compete with its query.
+    semantic_drain: bool = True
     #: Word pieces per embedded window of a passage (0: the whole passage, cut by the model at 256).
     semantic_window: int = Field(default=128, ge=0, le=256)
     #: Threads the embedder child's encoder uses, waiting passively (OMP_WAIT_POLICY=PASSIVE): on

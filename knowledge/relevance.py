@@ -101,8 +101,9 @@ def features(
     cosines: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Every candidate's features by chunk id (see the module docstring); ``documents`` maps each
-    to its document. The semantic ones only when ``cosines`` is given (a candidate without a
-    stored vector counts cosine 0)."""
+    to its document. The semantic ones only when ``cosines`` is given, and only for the candidates
+    it holds: one without a stored vector yet (its chunk set still queued for the embedder) has the
+    lexical features only, and is judged by the lexical model — not as a candidate of cosine 0."""
     idf = lexical.idf
     total = sum(idf.values())
     best = total * (BM25_K1 + 1)
@@ -117,15 +118,14 @@ def features(
             "heading": in_heading / total if total > 0 else 0.0,
             "proximity": proximity(matches, idf),
         }
-        if cosines is not None:
-            f["cosine"] = cosines.get(cid, 0.0)
+        if cosines is not None and cid in cosines:
+            f["cosine"] = cosines[cid]
         out[cid] = f
-    gaps = [("bm25", "bm25_gap"), ("coverage", "coverage_gap")] + ([("cosine", "cosine_gap")] if cosines is not None
-                                                                     else [])
-    for name, gap in gaps:
-        top = max((f[name] for f in out.values()), default=0.0)
-        for f in out.values():
-            f[gap] = top - f[name]
+    for name in ("bm25", "coverage", "cosine"):
+        having = [f for f in out.values() if name in f]
+        top = max((f[name] for f in having), default=0.0)
+        for f in having:
+            f[f"{name}_gap"] = top - f[name]
     add_document_features(out, documents)
     return out
 
@@ -136,10 +136,12 @@ def add_document_features(feats: dict[str, dict[str, float]], documents: Mapping
     for cid, f in feats.items():
         by_doc.setdefault(documents.get(cid, cid), []).append(f)
     for group in by_doc.values():
-        best = {name: max(f[name] for f in group) for name in ("bm25", "coverage", "cosine") if name in group[0]}
+        best = {name: max(f[name] for f in group if name in f) for name in ("bm25", "coverage", "cosine")
+                if any(name in f for f in group)}
         for f in group:
             for name, value in best.items():
-                f[f"doc_{name}"] = value
+                if name in f:
+                    f[f"doc_{name}"] = value
 
 
 #: Standardized features are clipped to this many scales from their training mean: a search unlike

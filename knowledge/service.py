@@ -230,7 +230,8 @@ class KnowledgeService:
         await self._task_group.start(self.embedder.run)
         self.semantic_version = version
         self.drain = EmbeddingDrain(self.db, self.embedder, version)
-        await self._task_group.start(self.drain.run)
+        if self.settings.semantic_drain:
+            await self._task_group.start(self.drain.run)
         self.ingestor.embed_version = version
         self.ingestor.on_queued = self.drain.wake
         self.searcher.arms = [LexicalArm(), SemanticArm(self.embedder, version, DIM)]

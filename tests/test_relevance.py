@@ -118,6 +118,19 @@ def test_the_policy_judges_with_the_fused_model_only_given_cosines() -> None:
     assert judged["f"] == relevance_models.FUSED.relevance(fused)
 
 
+def test_a_candidate_without_a_vector_yet_is_judged_by_the_lexical_model() -> None:
+    """While its chunk set waits for the embedder, a candidate has no cosine: it must be judged on
+    its lexical evidence (as if the arm were off), not as a passage the model found unrelated."""
+    ev = evidence(a=[Match("snapshot", (1,), False)], b=[Match("snapshot", (3,), False), Match("restor", (4,), False)])
+    mixed = features(["a", "b"], ev, documents={"a": 1, "b": 1}, cosines={"a": 0.6})
+    alone = features(["a", "b"], ev, documents={"a": 1, "b": 1})
+    assert set(mixed["a"]) == set(LEXICAL_FEATURES + SEMANTIC_FEATURES) and mixed["a"]["cosine_gap"] == 0.0
+    assert mixed["b"] == alone["b"]  # the lexical features only, as with the arm off
+    judged = KNOWLEDGE_V2.judge(mixed)
+    assert judged["b"] == relevance_models.LEXICAL.relevance(alone["b"])
+    assert judged["a"] == relevance_models.FUSED.relevance(mixed["a"])
+
+
 def test_features_far_outside_the_training_range_are_clipped() -> None:
     """A feature hundreds of scales from its mean moves the logit no more than `CLIP` scales do."""
     model = relevance_models.FUSED

@@ -47,7 +47,7 @@ def list_documents(
     opts = options(ctx)
 
     async def run() -> list[DocumentSummary]:
-        async with open_service(opts) as svc:
+        async with open_service(opts, semantic_arm=False) as svc:
             return await svc.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit)
 
     docs = opts.run(run)
@@ -83,7 +83,7 @@ def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar=
     doc_id = parse_document_id(document_id)
 
     async def run() -> DocumentDetail | None:
-        async with open_service(opts) as svc:
+        async with open_service(opts, semantic_arm=False) as svc:
             return await svc.document(doc_id, tenant_id=opts.tenant)
 
     detail = opts.run(run)
@@ -103,7 +103,7 @@ def versions(ctx: typer.Context, document_id: Annotated[str, typer.Argument(meta
     doc_id = parse_document_id(document_id)
 
     async def run() -> list[VersionInfo]:
-        async with open_service(opts) as svc:
+        async with open_service(opts, semantic_arm=False) as svc:
             return await svc.document_versions(doc_id, tenant_id=opts.tenant)
 
     held = opts.run(run)
@@ -140,7 +140,7 @@ def delete(
     principal = opts.principal()
 
     async def run() -> tuple[int, int]:
-        async with open_service(opts) as svc:
+        async with open_service(opts, semantic_arm=False) as svc:
             chunks = await svc.delete(doc_id, principal)
             return chunks, await svc.artifacts.sweep()
 
@@ -234,7 +234,7 @@ def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(metav
     opts = options(ctx)
 
     async def run() -> Citation | DeletedChunk | None:
-        async with open_service(opts) as svc:
+        async with open_service(opts, semantic_arm=False) as svc:
             return await svc.resolve_citation(chunk_id, tenant_id=opts.tenant)
 
     found = opts.run(run)

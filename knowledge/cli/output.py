@@ -70,6 +70,11 @@ class Output:
         """A line of the CLI's own words (may carry rich markup; never document content)."""
         self.console.print(value, soft_wrap=True)
 
+    def note(self, value: str) -> None:
+        """A remark about the result on stderr (stdout stays the result), as ``knowledge: …``."""
+        sys.stderr.write(f"knowledge: {value}\n")
+        sys.stderr.flush()
+
     def table(self, title: str | None, columns: Iterable[str], rows: Iterable[Iterable[object]],
               wrap: Iterable[str] = ()) -> None:
         """A table; only the ``wrap`` columns fold (ids and numbers never do)."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
+import anyio
 import typer
 
 from knowledge.cli.context import CliError, open_service, options
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
 from knowledge.render import render_knowledge_block
+from knowledge.semantic.arm import SemanticArm
 
 
 def parse_as_of(value: str) -> datetime:
@@ -21,6 +23,10 @@ def parse_as_of(value: str) -> datetime:
     if when.tzinfo is None or when.utcoffset() is None:
         raise CliError(f"--as-of {value!r} has no timezone: add Z or an offset, e.g. {value}Z")
     return when
+
+
+#: How long a search waits for its process's embedder child to load the model (then: lexical only, said).
+EMBEDDER_WAIT_SECONDS = 60.0
 
 
 def search(
@@ -46,15 +52,31 @@ def search(
                              text=query, as_of=when, budget_tokens=budget, max_passages=max_passages,
                              sensitivity_ceiling=ceiling, min_relevance=min_relevance)
 
-    async def run() -> tuple[list[RetrievedPassage], str]:
-        async with open_service(opts) as svc:
-            return await svc.search(request), svc.searcher.policy.name
+    async def run() -> tuple[list[RetrievedPassage], str, list[str], str | None]:
+        # Only the query is embedded here: no backfill, no drain competing with it for the child.
+        async with open_service(opts, semantic_backfill=False, semantic_drain=False) as svc:
+            embedder = svc.embedder
+            if embedder is not None:  # a fresh process: its embedder child is loading the model
+                with anyio.move_on_after(EMBEDDER_WAIT_SECONDS):
+                    await embedder.wait_ready()
+            before = svc.searcher.without[SemanticArm.name]
+            passages = await svc.search(request)
+            if embedder is None:
+                return passages, svc.searcher.policy.name, ["lexical"], None
+            if svc.searcher.without[SemanticArm.name] > before:
+                return passages, svc.searcher.policy.name, ["lexical"], (
+                    f"the semantic arm did not answer (its model was not loaded within {EMBEDDER_WAIT_SECONDS:.0f} s"
+                    "): these passages are from the lexical arm only")
+            return passages, svc.searcher.policy.name, ["lexical", SemanticArm.name], None
 
-    passages, policy = opts.run(run)
+    passages, policy, arms, note = opts.run(run)
     rendered_at = when or datetime.now(UTC)
     block = render_knowledge_block(passages, as_of=rendered_at, policy=policy)
     if opts.out.json:
-        opts.out.emit_json({"query": request, "as_of": rendered_at, "passages": passages, "block": block})
+        opts.out.emit_json({"query": request, "as_of": rendered_at, "arms": arms, "passages": passages,
+                            "block": block, **({"note": note} if note else {})})
     else:
         opts.out.text(block)
+    if note:
+        opts.out.note(note)
     return 0
