@@ -26,8 +26,9 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import pytest
 
-from knowledge.cli import main
+from knowledge.cli import hoist_global_flags, main
 from knowledge.cli.ingest_cmd import detect_media_type
+from knowledge.cli.search_cmd import parse_as_of
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
 from knowledge.ranking import DEFAULT_POLICY
@@ -114,6 +115,27 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {Path(f["path"]).name: f for f in report["files"]}
 
 
+def test_as_of_takes_a_date_a_printed_minute_or_an_instant() -> None:
+    """A date or a minute means the end of it (the corpus as it stood then); no zone means UTC."""
+    assert parse_as_of("2026-12-02") == datetime(2026, 12, 2, 23, 59, 59, 999999, tzinfo=UTC)
+    assert parse_as_of("2026-12-02 20:13") == datetime(2026, 12, 2, 20, 13, 59, 999999, tzinfo=UTC)
+    assert parse_as_of("2026-12-02 20:13 UTC") == parse_as_of("2026-12-02T20:13Z") == parse_as_of("2026-12-02 20:13")
+    assert parse_as_of("2026-12-02T20:13:05+01:00") == datetime(2026, 12, 2, 19, 13, 5, tzinfo=UTC)
+    assert parse_as_of("2026-12-02T20:13:05") == datetime(2026, 12, 2, 20, 13, 5, tzinfo=UTC)
+
+
+def test_version_and_json_after_the_command(knowledge: Cli, corpus: Path) -> None:
+    version = knowledge("--version")
+    assert version.code == 0 and version.out.startswith("knowledge ") and version.out.strip().split()[1][0].isdigit()
+    assert knowledge("ingest", str(corpus / "guide"), "--json").json()["outcomes"] == {"ingested": 1}
+    after = knowledge("search", "pelican release", "--json").json()
+    before = knowledge("--json", "search", "pelican release").json()
+    assert after["passages"]
+    assert [p["chunk_id"] for p in after["passages"]] == [p["chunk_id"] for p in before["passages"]]
+    assert hoist_global_flags(["db", "psql", "--json"]) == ["db", "psql", "--json"]  # psql's own arguments
+    assert hoist_global_flags(["ingest", "--", "--json"]) == ["ingest", "--", "--json"]  # a file named --json
+
+
 def test_media_type_detection() -> None:
     assert detect_media_type(Path("a.bin"), b"%PDF-1.7\n...") == "application/pdf"
     assert detect_media_type(Path("a.md"), b"# x") == "text/markdown"
@@ -133,8 +155,8 @@ def test_bad_arguments_print_one_line_and_exit_2(knowledge: Cli, tmp_path: Path)
         ("search",),
         ("ingest",),
         ("search", "x", "--budget", "-1"),
-        ("search", "x", "--as-of", "2026-01-01T00:00:00"),  # naive
         ("search", "x", "--as-of", "yesterday"),
+        ("search", "x", "--as-of", "2026-13-01"),
         ("search", "   "),
         ("docs", "show", "not-a-uuid"),
         ("ingest", str(tmp_path / "a.md"), "--visibility", "project"),
@@ -147,8 +169,7 @@ def test_bad_arguments_print_one_line_and_exit_2(knowledge: Cli, tmp_path: Path)
         result = knowledge(*args)
         assert result.code == 2, (args, result)
         result.one_error_line()
-    naive = knowledge("search", "x", "--as-of", "2026-01-01T00:00:00")
-    assert "timezone" in naive.one_error_line()
+    assert "date or an ISO 8601" in knowledge("search", "x", "--as-of", "yesterday").one_error_line()
     assert knowledge().code == 2  # no command: the help
     assert knowledge("--help").code == 0
     assert knowledge("--json", "docs", "list").json() == []  # nothing above ingested anything

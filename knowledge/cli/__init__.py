@@ -55,6 +55,32 @@ class Loop(StrEnum):
     ASYNCIO = "asyncio"
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"knowledge {version('knowledge')}\n")
+        raise typer.Exit(0)
+
+
+#: Global flags a command's arguments may carry too (moved before the command); `db psql` passes
+#: everything after it to psql.
+_HOISTED = ("--json",)
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """``knowledge search q --json`` as ``knowledge --json search q``: a global flag after the
+    command is moved before it (not after ``--``, and not into ``db psql``'s arguments)."""
+    out: list[str] = []
+    moved: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--" or (arg == "psql" and i > 0 and args[i - 1] == "db"):
+            out += args[i:]
+            break
+        (moved if arg in _HOISTED and any(not a.startswith("-") for a in out) else out).append(arg)
+    return moved + out
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
@@ -67,7 +93,10 @@ def _global(
     tenant: Annotated[str, typer.Option(help="The tenant (isolation boundary).")] = "default",
     principal: Annotated[str, typer.Option(help="Who acts: ingests, searches, deletes.")] = "operator",
     loop: Annotated[Loop, typer.Option(help="The event loop.")] = Loop.TRIO,
-    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output (one JSON document).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output (one JSON document); also "
+                                                             "accepted after the command.")] = False,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print the version and exit.")] = False,
 ) -> None:
     ctx.obj = Options(dsn=dsn or None, data_dir=data_dir, tenant=tenant, principal_id=principal, loop=loop.value,
                       out=Output(json_output))
@@ -155,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     log_to_stderr()
     try:
         command = typer.main.get_command(app)
-        result = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="knowledge",
+        result = command.main(args=hoist_global_flags(argv if argv is not None else sys.argv[1:]),
+                              prog_name="knowledge",
                               standalone_mode=False)
     except BaseException as exc:  # every way out: one line and an exit code
         if isinstance(exc, SystemExit):

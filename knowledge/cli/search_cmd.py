@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, date, datetime, time
 from typing import Annotated
 
 import anyio
@@ -13,15 +14,25 @@ from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
 from knowledge.render import render_knowledge_block
 from knowledge.semantic.arm import SemanticArm
 
+_MINUTE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(Z|[+-]\d{2}:?\d{2})?$")
+
 
 def parse_as_of(value: str) -> datetime:
-    """An ISO 8601 instant with a timezone (``Z`` or an offset); a naive one is a bad argument."""
+    """``--as-of``: an ISO 8601 instant (``Z`` or an offset; without one, UTC — the time the tables
+    print); a minute (``2026-12-02 20:13``, as ``docs versions`` prints it) means the end of that
+    minute, a date (``2026-12-02``) the end of that day: the corpus as it stood then."""
+    text = value.strip().removesuffix(" UTC")
     try:
-        when = datetime.fromisoformat(value)
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time.max, UTC)
+        when = datetime.fromisoformat(text)
     except ValueError:
-        raise CliError(f"--as-of must be an ISO 8601 datetime with a timezone, not {value!r}") from None
+        raise CliError(f"--as-of must be a date or an ISO 8601 datetime (e.g. 2026-12-02 or 2026-12-02T20:13Z), "
+                       f"not {value!r}") from None
     if when.tzinfo is None or when.utcoffset() is None:
-        raise CliError(f"--as-of {value!r} has no timezone: add Z or an offset, e.g. {value}Z")
+        when = when.replace(tzinfo=UTC)
+    if _MINUTE.match(text):
+        when = when.replace(second=59, microsecond=999999)
     return when
 
 
@@ -34,7 +45,9 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for.", metavar="QUERY", show_default=False)],
     project: Annotated[str | None, typer.Option(help="The current project scope (ranking, and project "
                                                      "visibility).")] = None,
-    as_of: Annotated[str | None, typer.Option(help="Search the corpus as it was then (ISO 8601 with a timezone).",
+    as_of: Annotated[str | None, typer.Option(help="Search the corpus as it was then: a date (its end), a minute "
+                                                   "as the tables print it (its end), or an ISO 8601 instant "
+                                                   "(UTC unless it says otherwise).",
                                               show_default=False)] = None,
     budget: Annotated[int, typer.Option(min=0, help="Token budget for the passages.")] = 3000,
     max_passages: Annotated[int, typer.Option(min=0)] = 3,
