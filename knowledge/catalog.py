@@ -333,3 +333,38 @@ async def citation_counts(db: Database, tenant_id: str, *, top: int = 5) -> Cita
         top_documents=[CitedDocument(document_id=r["document_id"], title=r["title"], citations=int(r["citations"]))
                        for r in tops],
     )
+
+
+class TenantSummary(BaseModel):
+    """A tenant the store knows: something was ever put or ingested there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: str
+    documents: int  # live documents
+
+
+_TENANTS_SQL = """
+WITH t AS (SELECT DISTINCT tenant_id FROM knowledge_events
+           UNION SELECT DISTINCT tenant_id FROM artifacts
+           UNION SELECT DISTINCT tenant_id FROM knowledge_documents)
+SELECT t.tenant_id, (SELECT count(*) FROM knowledge_documents d
+                     WHERE d.tenant_id = t.tenant_id AND d.valid_to IS NULL) AS documents
+FROM t ORDER BY t.tenant_id
+"""
+
+_TENANT_KNOWN_SQL = """
+SELECT EXISTS (SELECT 1 FROM knowledge_events WHERE tenant_id = $1)
+    OR EXISTS (SELECT 1 FROM artifacts WHERE tenant_id = $1)
+    OR EXISTS (SELECT 1 FROM knowledge_documents WHERE tenant_id = $1)
+"""
+
+
+async def tenants(db: Database) -> list[TenantSummary]:
+    """Every tenant the store knows, with its live documents (an operator's view across tenants)."""
+    return [TenantSummary(tenant_id=r["tenant_id"], documents=r["documents"]) for r in await db.fetch(_TENANTS_SQL)]
+
+
+async def tenant_known(db: Database, tenant_id: str) -> bool:
+    """Whether anything was ever put or ingested in ``tenant_id`` (a typo'd tenant is not)."""
+    return bool(await db.fetchval(_TENANT_KNOWN_SQL, tenant_id))

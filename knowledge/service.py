@@ -390,6 +390,14 @@ class KnowledgeService:
         return await retry_transient(
             "resolve_citation", functools.partial(catalog.resolve_citation, self.db, tenant_id, chunk_id))
 
+    async def tenants(self) -> list[catalog.TenantSummary]:
+        """Every tenant the store knows (the operator's view: not scoped to one tenant)."""
+        return await retry_transient("tenants", functools.partial(catalog.tenants, self.db))
+
+    async def tenant_known(self, tenant_id: str) -> bool:
+        """Whether anything was ever put or ingested in ``tenant_id``."""
+        return await retry_transient("tenant_known", functools.partial(catalog.tenant_known, self.db, tenant_id))
+
     async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
         return await retry_transient("corpus_size", functools.partial(catalog.corpus_size, self.db, tenant_id))

@@ -172,14 +172,26 @@ def test_bad_arguments_print_one_line_and_exit_2(knowledge: Cli, tmp_path: Path)
     assert "date or an ISO 8601" in knowledge("search", "x", "--as-of", "yesterday").one_error_line()
     assert knowledge().code == 2  # no command: the help
     assert knowledge("--help").code == 0
-    assert knowledge("--json", "docs", "list").json() == []  # nothing above ingested anything
+    nothing = knowledge("--json", "docs", "list")  # nothing above ingested (or put) anything
+    assert nothing.code == 1 and "unknown tenant" in nothing.one_error_line()
+
+
+def test_an_unknown_tenant_is_an_error_and_tenants_lists_the_known(knowledge: Cli, corpus: Path, tenant: str) -> None:
+    typo = f"{tenant}-typo"
+    for args in (("search", "pelican"), ("docs", "list")):
+        refused = knowledge(*args, tenant_id=typo)
+        assert refused.code == 1 and f"unknown tenant '{typo}'" in refused.one_error_line()
+    assert knowledge("ingest", str(corpus / "guide")).code == 0
+    listed = {t["tenant_id"]: t["documents"] for t in knowledge("--json", "tenants").json()}
+    assert listed[tenant] == 1 and typo not in listed
+    assert knowledge("--json", "docs", "list").code == 0
 
 
 def test_missing_file_is_a_bad_argument_and_ingests_nothing(knowledge: Cli, corpus: Path) -> None:
     result = knowledge("ingest", str(corpus / "guide"), str(corpus / "nope.md"))
     assert result.code == 2
     assert "no such file or directory" in result.one_error_line() and "nope.md" in result.err
-    assert knowledge("--json", "docs", "list").json() == []
+    assert "unknown tenant" in knowledge("--json", "docs", "list").one_error_line()  # not even an upload
 
 
 def test_unreachable_database_exits_3(knowledge: Cli) -> None:
@@ -252,7 +264,7 @@ def test_search_prints_the_rendered_block_or_json(knowledge: Cli, corpus: Path) 
     assert knowledge("--json", "search", "pelican", "--as-of", before.isoformat()).json()["passages"] == []
     assert knowledge("--json", "search", "pelican", "--budget", "0").json()["passages"] == []
     other = knowledge("--json", "search", "pelican", tenant_id=f"t-{uuid.uuid4().hex[:10]}")
-    assert other.json()["passages"] == []  # tenants are isolated
+    assert other.code == 1 and "unknown tenant" in other.one_error_line()  # not an empty result
     under_asyncio = knowledge("--loop", "asyncio", "--json", "search", "pelican rollback")
     assert under_asyncio.code == 0 and under_asyncio.json()["passages"][0]["chunk_id"] == passages[0].chunk
 

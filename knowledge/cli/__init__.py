@@ -37,7 +37,7 @@ from knowledge.cli.docs_cmd import chunk_app, docs_app
 from knowledge.cli.ingest_cmd import ingest
 from knowledge.cli.output import Output, safe
 from knowledge.cli.search_cmd import search
-from knowledge.cli.stats_cmd import stats
+from knowledge.cli.stats_cmd import stats, tenants
 from knowledge.cli.worker_cmd import worker
 from knowledge.console import Interrupted
 from knowledge.errors import DatabaseUnavailable, KnowledgeError
@@ -108,6 +108,7 @@ app.add_typer(docs_app, name="docs")
 app.add_typer(chunk_app, name="chunk")
 app.command(help="The tracked metrics: corpus size, ingestion outcomes, instruction-like rate, budget "
                  "pressure, citation counts.")(stats)
+app.command(help="Every tenant of the store, with its live documents.")(tenants)
 app.command(help="Run the maintenance worker until SIGINT/SIGTERM.")(worker)
 app.add_typer(db_app, name="db")
 

@@ -101,3 +101,10 @@ async def open_service(opts: Options, **overrides: Any) -> AsyncIterator[Knowled
         await anyio.to_thread.run_sync(join_running_server, settings.data_dir)
     async with KnowledgeService.open(settings) as svc:
         yield svc
+
+
+async def require_tenant(svc: KnowledgeService, tenant: str) -> None:
+    """A tenant nothing was ever put in is a mistake (a typo), not an empty result."""
+    if not await svc.tenant_known(tenant):
+        raise CliError(f"unknown tenant {tenant!r}: nothing was ever ingested there (knowledge tenants lists the "
+                       "tenants)", EXIT_REFUSED)

@@ -15,7 +15,7 @@ import typer
 
 from knowledge.catalog import Citation, DocumentDetail, DocumentSummary, VersionInfo
 from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
-from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options
+from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, require_tenant
 from knowledge.cli.output import human_bytes, safe
 from knowledge.lifecycle import DeletedChunk
 from knowledge.normalize import NORMALIZER_VERSION
@@ -48,6 +48,7 @@ def list_documents(
 
     async def run() -> list[DocumentSummary]:
         async with open_service(opts, semantic_arm=False) as svc:
+            await require_tenant(svc, opts.tenant)
             return await svc.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit)
 
     docs = opts.run(run)

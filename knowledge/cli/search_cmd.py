@@ -9,7 +9,7 @@ from typing import Annotated
 import anyio
 import typer
 
-from knowledge.cli.context import CliError, open_service, options
+from knowledge.cli.context import CliError, open_service, options, require_tenant
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
 from knowledge.render import render_knowledge_block
 from knowledge.semantic.arm import SemanticArm
@@ -68,6 +68,7 @@ def search(
     async def run() -> tuple[list[RetrievedPassage], str, list[str], str | None]:
         # Only the query is embedded here: no backfill, no drain competing with it for the child.
         async with open_service(opts, semantic_backfill=False, semantic_drain=False) as svc:
+            await require_tenant(svc, opts.tenant)
             embedder = svc.embedder
             if embedder is not None:  # a fresh process: its embedder child is loading the model
                 with anyio.move_on_after(EMBEDDER_WAIT_SECONDS):

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from knowledge.attachments import QueueOverview
-from knowledge.catalog import CitationCounts, CorpusSize
+from knowledge.catalog import CitationCounts, CorpusSize, TenantSummary
 from knowledge.cli.context import open_service, options
 from knowledge.cli.output import human_bytes
 from knowledge.metrics import IngestStats
@@ -120,3 +120,20 @@ def _attachments(opts: Any, queue: QueueOverview) -> None:
     if queue.oldest_pending_seconds is not None and queue.oldest_pending_seconds > 60:
         out.line(f"[bold yellow]oldest pending attachment waits {queue.oldest_pending_seconds:.0f} s[/]: is a "
                  "worker running? (knowledge worker)")
+
+
+def tenants(ctx: typer.Context) -> int:
+    """Every tenant of the store, with its live documents."""
+    opts = options(ctx)
+
+    async def run() -> list[TenantSummary]:
+        async with open_service(opts, semantic_arm=False) as svc:
+            return await svc.tenants()
+
+    found = opts.run(run)
+    if opts.out.json:
+        opts.out.emit_json(found)
+        return 0
+    opts.out.table(None, ["tenant", "documents"], [(t.tenant_id, t.documents) for t in found])
+    opts.out.line(f"{len(found)} tenants")
+    return 0
