@@ -262,7 +262,10 @@ def test_search_prints_the_rendered_block_or_json(knowledge: Cli, corpus: Path) 
     assert data["passages"][0]["chunk_id"] == passages[0].chunk
     assert data["block"].startswith("<knowledge ") and data["query"]["budget_tokens"] == 2000
     assert knowledge("--json", "search", "pelican", "--as-of", before.isoformat()).json()["passages"] == []
-    assert knowledge("--json", "search", "pelican", "--budget", "0").json()["passages"] == []
+    starved = knowledge("--json", "search", "pelican", "--budget", "0")
+    assert starved.json()["passages"] == [] and "budget of 0 tokens admits none" in starved.json()["notes"][0]
+    assert "budget of 0 tokens admits none" in starved.err  # said to a person too
+    assert "relevant enough" in knowledge("--json", "search", "zzyzx").json()["notes"][0]
     other = knowledge("--json", "search", "pelican", tenant_id=f"t-{uuid.uuid4().hex[:10]}")
     assert other.code == 1 and "unknown tenant" in other.one_error_line()  # not an empty result
     under_asyncio = knowledge("--loop", "asyncio", "--json", "search", "pelican rollback")

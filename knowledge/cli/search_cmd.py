@@ -13,6 +13,7 @@ from knowledge.cli.context import CliError, open_service, options, require_tenan
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
 from knowledge.render import render_knowledge_block
 from knowledge.semantic.arm import SemanticArm
+from knowledge.service import KnowledgeService
 
 _MINUTE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(Z|[+-]\d{2}:?\d{2})?$")
 
@@ -65,7 +66,7 @@ def search(
                              text=query, as_of=when, budget_tokens=budget, max_passages=max_passages,
                              sensitivity_ceiling=ceiling, min_relevance=min_relevance)
 
-    async def run() -> tuple[list[RetrievedPassage], str, list[str], str | None]:
+    async def run() -> tuple[list[RetrievedPassage], str, list[str], list[str]]:
         # Only the query is embedded here: no backfill, no drain competing with it for the child.
         async with open_service(opts, semantic_backfill=False, semantic_drain=False) as svc:
             await require_tenant(svc, opts.tenant)
@@ -75,22 +76,41 @@ def search(
                     await embedder.wait_ready()
             before = svc.searcher.without[SemanticArm.name]
             passages = await svc.search(request)
-            if embedder is None:
-                return passages, svc.searcher.policy.name, ["lexical"], None
-            if svc.searcher.without[SemanticArm.name] > before:
-                return passages, svc.searcher.policy.name, ["lexical"], (
-                    f"the semantic arm did not answer (its model was not loaded within {EMBEDDER_WAIT_SECONDS:.0f} s"
-                    "): these passages are from the lexical arm only")
-            return passages, svc.searcher.policy.name, ["lexical", SemanticArm.name], None
+            notes, arms = [], ["lexical"]
+            if embedder is not None and svc.searcher.without[SemanticArm.name] > before:
+                notes.append(f"the semantic arm did not answer (its model was not loaded within "
+                             f"{EMBEDDER_WAIT_SECONDS:.0f} s): these passages are from the lexical arm only")
+            elif embedder is not None:
+                arms.append(SemanticArm.name)
+            if not passages:
+                notes.append(await _why_nothing(svc, request))
+            return passages, svc.searcher.policy.name, arms, notes
 
-    passages, policy, arms, note = opts.run(run)
+    passages, policy, arms, notes = opts.run(run)
     rendered_at = when or datetime.now(UTC)
     block = render_knowledge_block(passages, as_of=rendered_at, policy=policy)
     if opts.out.json:
         opts.out.emit_json({"query": request, "as_of": rendered_at, "arms": arms, "passages": passages,
-                            "block": block, **({"note": note} if note else {})})
+                            "block": block, **({"notes": notes} if notes else {})})
     else:
         opts.out.text(block)
-    if note:
+    for note in notes:
         opts.out.note(note)
     return 0
+
+
+async def _why_nothing(svc: KnowledgeService, request: KnowledgeQuery) -> str:
+    """Why a search returned no passage: its budget admitted none of those found, or none was
+    relevant enough (a second search without the budget tells which)."""
+    if request.max_passages == 0:
+        return "--max-passages 0 admits no passage"
+    if request.budget_tokens < UNBOUNDED_TOKENS:
+        found = await svc.search(request.model_copy(update={"budget_tokens": UNBOUNDED_TOKENS}))
+        if found:
+            return (f"the budget of {request.budget_tokens} tokens admits none of the {len(found)} passages found "
+                    f"(the best needs {found[0].tokens}): raise --budget")
+    return "no passage found that is relevant enough to return"
+
+
+#: A budget no passage exceeds (the second search of `_why_nothing`).
+UNBOUNDED_TOKENS = 1_000_000
