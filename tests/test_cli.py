@@ -144,6 +144,12 @@ def test_media_type_detection() -> None:
     assert detect_media_type(Path("a.png"), b"\x89PNG\r\n\x1a\n") == "image/png"
     assert detect_media_type(Path("a.txt"), b"nul\x00byte") == "text/plain"  # by name; the extractor refuses NUL
     assert detect_media_type(Path("noext"), b"\xff\xfe\x00") == "application/octet-stream"
+    # UTF-8 is plain text only under a text-like name (or --as-text).
+    assert detect_media_type(Path("README"), b"hello") == "text/plain"
+    assert detect_media_type(Path("a.svg"), b"<svg xmlns='http://www.w3.org/2000/svg'/>") == "image/svg+xml"
+    assert detect_media_type(Path("a.json"), b'{"k": 1}') == "application/json"
+    assert detect_media_type(Path("a.json"), b'{"k": 1}', as_text=True) == "text/plain"
+    assert detect_media_type(Path("a.pdf"), b"oops\n") == "application/pdf"  # not a PDF: the parser says so
 
 
 def test_bad_arguments_print_one_line_and_exit_2(knowledge: Cli, tmp_path: Path) -> None:
@@ -185,6 +191,24 @@ def test_an_unknown_tenant_is_an_error_and_tenants_lists_the_known(knowledge: Cl
     listed = {t["tenant_id"]: t["documents"] for t in knowledge("--json", "tenants").json()}
     assert listed[tenant] == 1 and typo not in listed
     assert knowledge("--json", "docs", "list").code == 0
+
+
+def test_ingest_globs_and_a_fifo_refused_unread(knowledge: Cli, tmp_path: Path) -> None:
+    root = tmp_path / "mixed"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("# A\n\nalpha\n")
+    (root / "sub" / "b.md").write_text("# B\n\nbeta\n")
+    (root / "sub" / "draft.md").write_text("# Draft\n\ngamma\n")
+    (root / "c.json").write_text('{"k": 1}')
+    os.mkfifo(root / "pipe")  # read, it would block forever
+    only_md = knowledge("--json", "ingest", str(root), "--glob", "*.md", "--exclude", "sub/draft*").json()
+    assert sorted(Path(f["path"]).name for f in only_md["files"]) == ["a.md", "b.md"]
+    everything = by_name(knowledge("--json", "ingest", str(root)).json())
+    assert everything["pipe"]["reason"] == "not_a_regular_file" and "FIFO" in everything["pipe"]["message"]
+    assert everything["c.json"]["reason"] == "unsupported_media_type"  # not plain text by default
+    assert everything["a.md"]["outcome"] == "unchanged" and everything["draft.md"]["outcome"] == "ingested"
+    as_text = by_name(knowledge("--json", "ingest", str(root / "c.json"), "--as-text").json())
+    assert as_text["c.json"]["outcome"] == "ingested" and as_text["c.json"]["media_type"] == "text/plain"
 
 
 def test_missing_file_is_a_bad_argument_and_ingests_nothing(knowledge: Cli, corpus: Path) -> None:

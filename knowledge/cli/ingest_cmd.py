@@ -3,20 +3,26 @@
 Each file is one document whose id is derived from the tenant and the file's absolute path, so
 ingesting a folder again finds what is already there: an unchanged file is ``unchanged``, a changed
 one becomes a new version of its document. Media types come from content and extension: ``%PDF-``
-is ``application/pdf``; ``.md``/``.markdown`` is ``text/markdown``; other UTF-8 text (no NUL) is
-``text/plain``; anything else keeps its guessed type (or ``application/octet-stream``) and the
-service refuses it with ``unsupported_media_type``. Hidden files and folders (``.name``) are skipped
-inside folders. The upload is only the vehicle: it expires once ingested, the document keeps its own
-copy of the source.
+is ``application/pdf``; ``.md``/``.markdown`` is ``text/markdown``; UTF-8 text (no NUL) is
+``text/plain`` only under a text-like name (`is_text_like`: no extension, a ``text/*`` type, or a
+config or markup extension) or with ``--as-text``; anything else keeps its guessed type (or
+``application/octet-stream``) and the service refuses it with ``unsupported_media_type`` — an
+``.svg``, a ``.json`` or five bytes named ``.pdf`` are not ingested as plain text. Hidden files and
+folders (``.name``) are skipped inside folders; ``--glob`` / ``--exclude`` select by path inside the
+folder; FIFOs, sockets and devices are refused (``not_a_regular_file``), never read. The upload is
+only the vehicle: it expires once ingested, the document keeps its own copy of the source.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import mimetypes
+import stat
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -69,19 +75,36 @@ class FileOutcome(BaseModel):
     heading_path: list[str] | None = None
 
 
-def detect_media_type(path: Path, data: bytes) -> str:
+#: Extensions read as plain text although their guessed type is not ``text/*`` (configuration and
+#: lightweight markup that runbooks are written in).
+TEXT_LIKE_SUFFIXES = frozenset({".text", ".log", ".rst", ".adoc", ".asciidoc", ".org", ".yaml", ".yml", ".toml",
+                                ".ini", ".cfg", ".conf", ".env.example"})
+
+
+def is_text_like(path: Path) -> bool:
+    """A name under which UTF-8 text is plain text: no extension, a ``text/*`` type, or one of
+    `TEXT_LIKE_SUFFIXES`."""
+    suffix = path.suffix.lower()
+    guessed = mimetypes.guess_type(path.name)[0] or ""
+    return not suffix or guessed.startswith("text/") or suffix in TEXT_LIKE_SUFFIXES
+
+
+def detect_media_type(path: Path, data: bytes, *, as_text: bool = False) -> str:
     """The media type of a file from its content and extension (see the module docstring)."""
     if data.startswith(b"%PDF-"):
         return "application/pdf"
     if path.suffix.lower() in (".md", ".markdown"):
         return "text/markdown"
-    if b"\x00" not in data:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            return "text/plain"
+    if as_text or is_text_like(path):
+        if b"\x00" not in data:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return "text/plain"
+        if path.suffix.lower() == ".txt":
+            return "text/plain"  # by name: the extractor refuses what is not text
     return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
 
 
@@ -90,9 +113,11 @@ def document_id_for(tenant: str, path: Path) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{path.resolve()}")
 
 
-def collect(paths: list[Path]) -> list[tuple[Path, str]]:
-    """Every file to ingest with its default title (a folder's files: their path inside it).
-    A path that does not exist is a bad argument."""
+def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
+    """Every file to ingest with its default title (a folder's files: their path inside it, kept
+    if it matches an ``include`` glob, when any, and no ``exclude`` glob). A path that does not
+    exist is a bad argument. Entries that are not regular files or folders (FIFOs, sockets,
+    devices) are kept: `read_source` refuses them without reading."""
     found: list[tuple[Path, str]] = []
     for path in paths:
         if not path.exists():
@@ -100,8 +125,14 @@ def collect(paths: list[Path]) -> list[tuple[Path, str]]:
         if path.is_dir():
             for file in sorted(path.rglob("*")):
                 rel = file.relative_to(path)
-                if file.is_file() and not any(part.startswith(".") for part in rel.parts):
-                    found.append((file, rel.as_posix()))
+                if file.is_dir() or any(part.startswith(".") for part in rel.parts):
+                    continue
+                if include and not any(fnmatch.fnmatch(rel.as_posix(), g) or fnmatch.fnmatch(file.name, g)
+                                       for g in include):
+                    continue
+                if any(fnmatch.fnmatch(rel.as_posix(), g) or fnmatch.fnmatch(file.name, g) for g in exclude):
+                    continue
+                found.append((file, rel.as_posix()))
         else:
             found.append((path, path.name))
     seen: set[Path] = set()
@@ -113,9 +144,18 @@ def collect(paths: list[Path]) -> list[tuple[Path, str]]:
     return unique
 
 
+class NotARegularFile(KnowledgeError):
+    reason = "not_a_regular_file"
+
+
 def read_source(file: Path, limit: int) -> bytes:
-    """A file's bytes; `ArtifactTooLarge` above the artifact store's limit (checked before reading)."""
-    size = file.stat().st_size
+    """A file's bytes; `ArtifactTooLarge` above the artifact store's limit (checked before reading);
+    `NotARegularFile` for a FIFO, socket or device (never opened: a FIFO would be read forever)."""
+    info = file.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
+        raise NotARegularFile(message=f"{kind}, not a regular file: not read")
+    size = info.st_size
     if size > limit:
         raise ArtifactTooLarge(message=f"{size} bytes exceeds the {limit}-byte limit")
     return file.read_bytes()
@@ -147,7 +187,7 @@ async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, t
         return _Upload(out.model_copy(update={"reason": "unreadable", "message": exc.strerror or str(exc)}))
     except KnowledgeError as exc:
         return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
-    media_type = detect_media_type(file, data)
+    media_type = detect_media_type(file, data, as_text=request.get("as_text", False))
     out = out.model_copy(update={"media_type": media_type, "size_bytes": len(data)})
     document_id = document_id_for(tenant, file)
     existing = await live_document(svc.db, tenant, document_id)
@@ -242,6 +282,13 @@ def ingest(
     title: Annotated[str | None, typer.Option(help="Title (one file only; default: the file's name, or "
                                                    "its path inside the folder).")] = None,
     doc_date: Annotated[str | None, typer.Option(help="The documents' date, YYYY-MM-DD.")] = None,
+    glob: Annotated[list[str] | None, typer.Option(
+        "--glob", help="Only files whose path inside the folder (or name) matches; repeatable, e.g. '*.md'.",
+        metavar="PATTERN", show_default=False)] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        help="Skip files whose path inside the folder (or name) matches; repeatable.", metavar="PATTERN",
+        show_default=False)] = None,
+    as_text: Annotated[bool, typer.Option("--as-text", help="Read UTF-8 files of any name as plain text.")] = False,
     wait_embedded: Annotated[float | None, typer.Option(
         help="With the semantic arm on: wait up to this many seconds for the documents' vectors (ingest "
              "commits without them; they are added in the background by any service running the arm).",
@@ -256,14 +303,14 @@ def ingest(
         when = date.fromisoformat(doc_date) if doc_date else None
     except ValueError:
         raise CliError(f"--doc-date must be YYYY-MM-DD, not {doc_date!r}") from None
-    files = collect(paths)
+    files = collect(paths, glob or (), exclude or ())
     if title is not None and (len(files) != 1 or paths[0].is_dir()):
         raise CliError("--title applies to a single file")
     if title is not None:
         files = [(files[0][0], title)]
     principal = opts.principal()
     request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
-                               "authority": authority, "sensitivity": sensitivity}
+                               "authority": authority, "sensitivity": sensitivity, "as_text": as_text}
     began = time.perf_counter()
     cut: IngestCut | None = None
     try:
