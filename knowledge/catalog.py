@@ -198,15 +198,18 @@ def _source(row: Record) -> SourceInfo:
 
 async def list_documents(
     db: Database, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
-    limit: int | None = None,
+    limit: int | None = None, title: str | None = None, since: datetime | None = None,
 ) -> list[DocumentSummary]:
-    """The tenant's live documents, newest first; optionally one project's, or one principal's."""
+    """The tenant's live documents, newest first; optionally one project's, one principal's, those
+    whose title contains ``title`` (case-insensitive), those ingested at or after ``since``."""
     rows = await db.fetch(
         _SUMMARY + """
         WHERE d.tenant_id = $1 AND d.valid_to IS NULL
           AND ($2::text IS NULL OR d.project_scope = $2) AND ($3::text IS NULL OR d.ingested_by_principal_id = $3)
+          AND ($5::text IS NULL OR strpos(lower(d.title), lower($5)) > 0)
+          AND ($6::timestamptz IS NULL OR d.ingested_at >= $6)
         ORDER BY d.ingested_at DESC, d.document_id LIMIT $4""",
-        tenant_id, project, ingested_by, limit)
+        tenant_id, project, ingested_by, limit, title, since)
     return [_summary(r) for r in rows]
 
 

@@ -370,10 +370,13 @@ class KnowledgeService:
     # --- Read-only; cancellation propagates and leaves no connection checked out.
 
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
-                        limit: int | None = None) -> list[catalog.DocumentSummary]:
-        """The tenant's live documents, newest first (the operator's listing, not retrieval)."""
+                        limit: int | None = None, title: str | None = None,
+                        since: datetime | None = None) -> list[catalog.DocumentSummary]:
+        """The tenant's live documents, newest first (the operator's listing, not retrieval);
+        filters as `catalog.list_documents`."""
         return await retry_transient("documents", functools.partial(
-            catalog.list_documents, self.db, tenant_id, project=project, ingested_by=ingested_by, limit=limit))
+            catalog.list_documents, self.db, tenant_id, project=project, ingested_by=ingested_by, limit=limit,
+            title=title, since=since))
 
     async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
         """A live document, its source and its live chunks (no text); None if absent or deleted."""

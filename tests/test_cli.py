@@ -309,6 +309,10 @@ def test_docs_list_show_versions_rechunk(knowledge: Cli, corpus: Path) -> None:
             runbook["ingested_by"]) == (1, "public", "principal_authored", "2026-05-02", "operator")
     human = knowledge("docs", "list")
     assert human.code == 0 and "runbook.md" in human.out and doc_id in human.out and "2 documents" in human.out
+    assert [d["title"] for d in knowledge("--json", "docs", "list", "--title", "RUNBOOK").json()] == ["runbook.md"]
+    today = datetime.now(UTC).date()
+    assert len(knowledge("--json", "docs", "list", "--since", today.isoformat()).json()) == 2
+    assert knowledge("--json", "docs", "list", "--since", f"{today.year + 1}-01-01").json() == []
 
     shown = knowledge("--json", "docs", "show", doc_id).json()
     assert shown["document"]["document_id"] == doc_id and shown["versions"] == 1

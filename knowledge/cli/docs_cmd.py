@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from datetime import UTC, date, datetime, time
 from enum import StrEnum
 from typing import Annotated
 
@@ -23,6 +24,18 @@ from knowledge.render import PATH_SEPARATOR
 
 docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
 chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
+
+
+def parse_since(value: str) -> datetime:
+    """``--since``: a date or a minute means its start; an instant, itself (UTC unless it says)."""
+    text = value.strip().removesuffix(" UTC")
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time.min, UTC)
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"--since must be a date or an ISO 8601 datetime, not {value!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def parse_document_id(value: str) -> uuid.UUID:
@@ -41,15 +54,22 @@ def list_documents(
     ctx: typer.Context,
     project: Annotated[str | None, typer.Option(help="Only this project's documents.")] = None,
     ingested_by: Annotated[str | None, typer.Option(help="Only documents this principal ingested.")] = None,
+    title: Annotated[str | None, typer.Option(help="Only documents whose title contains this (any case).",
+                                              show_default=False)] = None,
+    since: Annotated[str | None, typer.Option(help="Only documents ingested since then (a date, a minute as the "
+                                                   "tables print it, or an ISO 8601 instant).",
+                                              show_default=False)] = None,
     limit: Annotated[int, typer.Option(min=1)] = 1000,
 ) -> int:
     """The tenant's live documents, newest first."""
     opts = options(ctx)
+    after = parse_since(since) if since is not None else None
 
     async def run() -> list[DocumentSummary]:
         async with open_service(opts, semantic_arm=False) as svc:
             await require_tenant(svc, opts.tenant)
-            return await svc.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit)
+            return await svc.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit,
+                                       title=title, since=after)
 
     docs = opts.run(run)
     if opts.out.json:
