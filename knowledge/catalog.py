@@ -371,3 +371,12 @@ async def tenants(db: Database) -> list[TenantSummary]:
 async def tenant_known(db: Database, tenant_id: str) -> bool:
     """Whether anything was ever put or ingested in ``tenant_id`` (a typo'd tenant is not)."""
     return bool(await db.fetchval(_TENANT_KNOWN_SQL, tenant_id))
+
+
+async def document_ids_starting(db: Database, tenant_id: str, prefix: str, limit: int = 6) -> list[UUID]:
+    """The tenant's document ids (any version) whose hex digits start with ``prefix``."""
+    rows = await db.fetch(
+        """SELECT DISTINCT document_id FROM knowledge_documents
+           WHERE tenant_id = $1 AND starts_with(replace(document_id::text, '-', ''), $2)
+           ORDER BY document_id LIMIT $3""", tenant_id, prefix, limit)
+    return [r["document_id"] for r in rows]

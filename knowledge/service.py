@@ -393,6 +393,11 @@ class KnowledgeService:
         return await retry_transient(
             "resolve_citation", functools.partial(catalog.resolve_citation, self.db, tenant_id, chunk_id))
 
+    async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
+        """The tenant's document ids starting with ``prefix`` (hex digits), at most six."""
+        return await retry_transient("document_ids_starting", functools.partial(
+            catalog.document_ids_starting, self.db, tenant_id, prefix))
+
     async def tenants(self) -> list[catalog.TenantSummary]:
         """Every tenant the store knows (the operator's view: not scoped to one tenant)."""
         return await retry_transient("tenants", functools.partial(catalog.tenants, self.db))

@@ -310,6 +310,10 @@ def test_docs_list_show_versions_rechunk(knowledge: Cli, corpus: Path) -> None:
     human = knowledge("docs", "list")
     assert human.code == 0 and "runbook.md" in human.out and doc_id in human.out and "2 documents" in human.out
     assert [d["title"] for d in knowledge("--json", "docs", "list", "--title", "RUNBOOK").json()] == ["runbook.md"]
+    by_prefix = knowledge("--json", "docs", "show", doc_id[:8])  # a unique prefix, as git takes commits
+    assert by_prefix.code == 0 and by_prefix.json()["document"]["document_id"] == doc_id
+    unknown = knowledge("docs", "versions", "ffffffff" if not doc_id.startswith("ffff") else "00000000")
+    assert unknown.code == 1 and "document_not_found" in unknown.one_error_line()
     today = datetime.now(UTC).date()
     assert len(knowledge("--json", "docs", "list", "--since", today.isoformat()).json()) == 2
     assert knowledge("--json", "docs", "list", "--since", f"{today.year + 1}-01-01").json() == []

@@ -6,6 +6,7 @@ Deleting and re-chunking act as ``--principal``, who must be the principal that 
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from datetime import UTC, date, datetime, time
@@ -38,11 +39,32 @@ def parse_since(value: str) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def parse_document_id(value: str) -> uuid.UUID:
+_PREFIX = re.compile(r"^[0-9a-f]{4,32}$")
+
+
+def parse_document_id(value: str, opts: Options) -> uuid.UUID:
+    """A document id, or (as git takes commits) a unique prefix of one in the tenant: at least 4
+    hex digits, dashes ignored. An ambiguous or unknown prefix is refused, naming the candidates."""
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise CliError(f"not a document id (a UUID): {value!r}") from None
+        pass
+    prefix = value.strip().lower().replace("-", "")
+    if not _PREFIX.match(prefix):
+        raise CliError(f"not a document id (a UUID, or a unique prefix of at least 4 hex digits): {value!r}")
+
+    async def lookup() -> list[uuid.UUID]:
+        async with open_service(opts, semantic_arm=False) as svc:
+            return await svc.document_ids_starting(opts.tenant, prefix)
+
+    found = opts.run(lookup)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise CliError(f"document_not_found: no document id in tenant {opts.tenant} starts with {value!r}",
+                       EXIT_REFUSED)
+    raise CliError(f"{value!r} is ambiguous: {', '.join(str(d) for d in found[:5])}"
+                   f"{' …' if len(found) > 5 else ''}; give more digits")
 
 
 def _path(heading_path: list[str]) -> str:
@@ -101,7 +123,7 @@ def _show_document(opts: Options, detail: DocumentDetail) -> None:
 def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar="ID")]) -> int:
     """A document's live version, its source, and its chunks (without their text)."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id)
+    doc_id = parse_document_id(document_id, opts)
 
     async def run() -> DocumentDetail | None:
         async with open_service(opts, semantic_arm=False) as svc:
@@ -121,7 +143,7 @@ def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar=
 def versions(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar="ID")]) -> int:
     """Every version of a document still held (superseded ones stay readable with search --as-of)."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id)
+    doc_id = parse_document_id(document_id, opts)
 
     async def run() -> list[VersionInfo]:
         async with open_service(opts, semantic_arm=False) as svc:
@@ -152,7 +174,7 @@ def delete(
     """Delete every version of a document, its chunks, index rows and postings, and its source bytes.
     Citations of it then resolve to "deleted"."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id)
+    doc_id = parse_document_id(document_id, opts)
     if not yes:
         if not sys.stdin.isatty():
             raise CliError("refusing to delete without --yes (standard input is not a terminal)")
@@ -198,7 +220,7 @@ def rechunk(
     """Re-chunk a document's live version from its stored source under another chunker version. The old
     chunk set's citations keep resolving; live search reads the new one."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id)
+    doc_id = parse_document_id(document_id, opts)
     principal = opts.principal()
 
     async def run() -> tuple[int, str]:
