@@ -211,6 +211,23 @@ def test_ingest_globs_and_a_fifo_refused_unread(knowledge: Cli, tmp_path: Path) 
     assert as_text["c.json"]["outcome"] == "ingested" and as_text["c.json"]["media_type"] == "text/plain"
 
 
+def test_two_ingests_of_one_folder_at_once_report_unchanged_not_refusals(database_dsn: str, tenant: str,
+                                                                         tmp_path: Path) -> None:
+    folder = tmp_path / "same"
+    folder.mkdir()
+    for i in range(150):
+        (folder / f"page-{i:03}.md").write_text(f"# Page {i}\n\n" + f"Heron {i} nests by the pelican quay. " * 20)
+    env = {**os.environ, "KNOWLEDGE_DSN": database_dsn}
+    command = [str(SCRIPT), "--tenant", tenant, "--json", "ingest", str(folder)]
+    both = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(2)]
+    reports = [json.loads(p.communicate(timeout=180)[0]) for p in both]
+    assert [p.returncode for p in both] == [0, 0], [r["outcomes"] for r in reports]
+    for report in reports:
+        assert set(report["outcomes"]) <= {"ingested", "unchanged"}, report["outcomes"]
+    assert sum(r["outcomes"].get("ingested", 0) for r in reports) == 150  # each file once, by one of them
+
+
 def test_missing_file_is_a_bad_argument_and_ingests_nothing(knowledge: Cli, corpus: Path) -> None:
     result = knowledge("ingest", str(corpus / "guide"), str(corpus / "nope.md"))
     assert result.code == 2

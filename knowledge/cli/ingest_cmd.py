@@ -236,8 +236,16 @@ class IngestCut(Exception):
 
 
 async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> FileOutcome:
-    """One file's outcome from its ingest's."""
+    """One file's outcome from its ingest's. A file another process ingested meanwhile (two
+    ingests of one folder at once) is ``unchanged`` when that process stored the same bytes."""
     out = upload.out
+    if isinstance(outcome, IngestRefused) and outcome.reason == "document_exists" and upload.request is not None:
+        tenant, document_id = upload.request.principal.tenant_id, upload.request.document_id
+        assert document_id is not None  # (document_exists: a first version was asked for)
+        there = await live_document(svc.db, tenant, document_id)
+        if there is not None and there.source_sha256 == upload.request.source.sha256:
+            return out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
+                                          "version": there.version, "chunks": there.chunks})
     if isinstance(outcome, IngestRefused):
         return out.model_copy(update={
             "reason": outcome.reason, "message": outcome.message, "chunk_ordinal": outcome.chunk_ordinal,
