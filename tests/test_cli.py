@@ -7,6 +7,7 @@ script itself, the worker and the embedded server's lifecycle run as subprocesse
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -226,6 +227,23 @@ def test_two_ingests_of_one_folder_at_once_report_unchanged_not_refusals(databas
     for report in reports:
         assert set(report["outcomes"]) <= {"ingested", "unchanged"}, report["outcomes"]
     assert sum(r["outcomes"].get("ingested", 0) for r in reports) == 150  # each file once, by one of them
+
+
+def test_ingest_from_standard_input_with_a_name(knowledge: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    def piped(data: bytes) -> None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+    piped(b"# Cranes\n\nCranes roost at dusk by the quay.\n")
+    first = knowledge("--json", "ingest", "-", "--name", "cranes.md").json()
+    assert first["outcomes"] == {"ingested": 1} and first["files"][0]["path"] == "-"
+    assert first["files"][0]["media_type"] == "text/markdown" and first["files"][0]["title"] == "cranes.md"
+    piped(b"# Cranes\n\nCranes roost at dusk by the quay.\n")
+    assert knowledge("--json", "ingest", "-", "--name", "cranes.md").json()["outcomes"] == {"unchanged": 1}
+    piped(b"# Cranes\n\nCranes roost at dawn now.\n")
+    again = knowledge("--json", "ingest", "-", "--name", "cranes.md").json()["files"][0]
+    assert (again["outcome"], again["document_id"], again["version"]) == (
+        "new_version", first["files"][0]["document_id"], 2)
+    assert knowledge("ingest", "-").code == 2  # no --name
 
 
 def test_missing_file_is_a_bad_argument_and_ingests_nothing(knowledge: Cli, corpus: Path) -> None:

@@ -15,11 +15,15 @@ only the vehicle: it expires once ingested, the document keeps its own copy of t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fnmatch
 import hashlib
 import mimetypes
+import shutil
 import stat
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -108,9 +112,24 @@ def detect_media_type(path: Path, data: bytes, *, as_text: bool = False) -> str:
     return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
 
 
-def document_id_for(tenant: str, path: Path) -> uuid.UUID:
-    """The document a file is, within a tenant: the same absolute path, the same document."""
+def document_id_for(tenant: str, path: Path, stdin_name: str | None = None) -> uuid.UUID:
+    """The document a file is, within a tenant: the same absolute path, the same document; what
+    standard input carried, the same ``--name``."""
+    if stdin_name is not None:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:stdin:{stdin_name}")
     return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{path.resolve()}")
+
+
+def _stdin_file(name: str, limit: int) -> Path:
+    """Standard input (at most ``limit`` bytes: more is refused) in a file named ``name`` of a
+    private temporary folder, removed when the process exits."""
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise CliError(f"standard input exceeds the {limit}-byte limit", EXIT_REFUSED)
+    folder = Path(tempfile.mkdtemp(prefix="knowledge-stdin-"))
+    atexit.register(shutil.rmtree, folder, True)
+    (folder / name).write_bytes(data)
+    return folder / name
 
 
 def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
@@ -179,7 +198,8 @@ async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, t
                       request: dict[str, Any]) -> _Upload:
     """Read one file and put it as an upload with an expiry; an unchanged file or an unreadable
     one is settled here. A refusal is an outcome, not an exception."""
-    out = FileOutcome(path=str(file), outcome="refused", title=title)
+    stdin_name = request.get("stdin", {}).get(file)
+    out = FileOutcome(path="-" if stdin_name else str(file), outcome="refused", title=title)
     tenant = principal.tenant_id
     try:
         data = await anyio.to_thread.run_sync(read_source, file, svc.settings.max_artifact_bytes)
@@ -189,7 +209,7 @@ async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, t
         return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
     media_type = detect_media_type(file, data, as_text=request.get("as_text", False))
     out = out.model_copy(update={"media_type": media_type, "size_bytes": len(data)})
-    document_id = document_id_for(tenant, file)
+    document_id = document_id_for(tenant, file, stdin_name)
     existing = await live_document(svc.db, tenant, document_id)
     if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
         return _Upload(out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
@@ -280,7 +300,8 @@ def _detail(r: FileOutcome) -> str:
 
 def ingest(
     ctx: typer.Context,
-    paths: Annotated[list[Path], typer.Argument(help="Files and folders (folders recursively).",
+    paths: Annotated[list[Path], typer.Argument(help="Files and folders (folders recursively); - reads one "
+                                                     "document from standard input (with --name).",
                                                 metavar="PATH", show_default=False)],
     visibility: Annotated[Visibility, typer.Option(help="Who may read the documents.")] = Visibility.TENANT,
     project: Annotated[str | None, typer.Option(help="Project scope (required with --visibility project).")] = None,
@@ -297,6 +318,9 @@ def ingest(
         help="Skip files whose path inside the folder (or name) matches; repeatable.", metavar="PATTERN",
         show_default=False)] = None,
     as_text: Annotated[bool, typer.Option("--as-text", help="Read UTF-8 files of any name as plain text.")] = False,
+    name: Annotated[str | None, typer.Option(help="With -: the document's file name (its identity in the tenant, "
+                                                  "its media type by extension, its default title).",
+                                             show_default=False)] = None,
     wait_embedded: Annotated[float | None, typer.Option(
         help="With the semantic arm on: wait up to this many seconds for the documents' vectors (ingest "
              "commits without them; they are added in the background by any service running the arm).",
@@ -311,6 +335,12 @@ def ingest(
         when = date.fromisoformat(doc_date) if doc_date else None
     except ValueError:
         raise CliError(f"--doc-date must be YYYY-MM-DD, not {doc_date!r}") from None
+    stdin: dict[Path, str] = {}
+    if any(str(p) == "-" for p in paths):
+        if len(paths) != 1 or not name or "/" in name:
+            raise CliError("- reads one document from standard input: give it alone, with --name FILE_NAME")
+        paths = [_stdin_file(name, opts.settings().max_artifact_bytes)]
+        stdin[paths[0]] = name
     files = collect(paths, glob or (), exclude or ())
     if title is not None and (len(files) != 1 or paths[0].is_dir()):
         raise CliError("--title applies to a single file")
@@ -318,7 +348,8 @@ def ingest(
         files = [(files[0][0], title)]
     principal = opts.principal()
     request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
-                               "authority": authority, "sensitivity": sensitivity, "as_text": as_text}
+                               "authority": authority, "sensitivity": sensitivity, "as_text": as_text,
+                               "stdin": stdin}
     began = time.perf_counter()
     cut: IngestCut | None = None
     try:
