@@ -128,6 +128,11 @@ def test_as_of_takes_a_date_a_printed_minute_or_an_instant() -> None:
 def test_version_and_json_after_the_command(knowledge: Cli, corpus: Path) -> None:
     version = knowledge("--version")
     assert version.code == 0 and version.out.startswith("knowledge ") and version.out.strip().split()[1][0].isdigit()
+    completion = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=60, check=False,
+                                env={**os.environ, "COMP_WORDS": "knowledge do", "COMP_CWORD": "1",
+                                     "_KNOWLEDGE_COMPLETE": "complete_bash"})
+    assert completion.returncode == 0 and completion.stdout.split() == ["docs"]  # shell completion works
+    assert "_knowledge_completion" in knowledge("--show-completion", "bash").out
     assert knowledge("ingest", str(corpus / "guide"), "--json").json()["outcomes"] == {"ingested": 1}
     after = knowledge("search", "pelican release", "--json").json()
     before = knowledge("--json", "search", "pelican release").json()

@@ -44,7 +44,7 @@ from knowledge.errors import DatabaseUnavailable, KnowledgeError
 
 app = typer.Typer(
     name="knowledge", help="Store documents and retrieve verbatim, cited passages: the operator's CLI.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
     epilog="Exit codes: 0 done; 1 refused (for ingest: any file refused); 2 bad arguments; "
            "3 database unavailable; 130 interrupted.",
 )
