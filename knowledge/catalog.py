@@ -215,9 +215,15 @@ async def list_documents(
 
 async def live_document(db: Database, tenant_id: str, document_id: UUID) -> DocumentSummary | None:
     """The live version of a document, or None (never ingested, or deleted)."""
-    row = await db.fetchrow(_SUMMARY + " WHERE d.tenant_id = $1 AND d.document_id = $2 AND d.valid_to IS NULL",
-                            tenant_id, document_id)
-    return _summary(row) if row is not None else None
+    return (await live_documents(db, tenant_id, [document_id])).get(document_id)
+
+
+async def live_documents(db: Database, tenant_id: str, document_ids: list[UUID]) -> dict[UUID, DocumentSummary]:
+    """The live versions of those of ``document_ids`` that have one, by id."""
+    rows = await db.fetch(
+        _SUMMARY + " WHERE d.tenant_id = $1 AND d.document_id = ANY($2::uuid[]) AND d.valid_to IS NULL",
+        tenant_id, document_ids)
+    return {row["document_id"]: _summary(row) for row in rows}
 
 
 async def document_detail(db: Database, tenant_id: str, document_id: UUID) -> DocumentDetail | None:

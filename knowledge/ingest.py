@@ -273,7 +273,10 @@ class Ingestor:
         """Re-chunk the live version of a document under ``chunker`` from its retained source — no
         re-upload — as a new chunk set beside the old one, which keeps resolving as citations until
         the document is deleted; live search reads the new set. Returns the new set's chunk count.
-        A chunker version never rewrites a chunk set in place: the same version twice is refused."""
+        A chunker version never rewrites a chunk set in place: re-chunking under the live set's
+        version is refused (``already_chunked``); back to a version the document had before makes
+        that set live again (its chunks and citations are the same), its earlier live periods kept
+        for ``as_of``."""
         tenant = principal.tenant_id
         doc = await self.db.fetchrow(
             """SELECT version, source_artifact_id, title, chunker_version, ingested_by_principal_id
@@ -291,22 +294,32 @@ class Ingestor:
                    WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""", tenant, document_id)
             if live != doc["version"]:
                 raise IngestRefused("document_changed", "a new version arrived meanwhile; re-chunk that one")
-            exists = await tx.fetchval(
-                """SELECT 1 FROM knowledge_chunk_sets WHERE tenant_id = $1 AND document_id = $2 AND version = $3
-                   AND chunker_version = $4""", tenant, document_id, live, prepared.chunker_version)
-            if exists:
-                raise IngestRefused("already_chunked", f"chunk set {prepared.chunker_version} exists")
+            earlier = await tx.fetchrow(
+                """SELECT superseded_at, chunk_count FROM knowledge_chunk_sets WHERE tenant_id = $1
+                   AND document_id = $2 AND version = $3 AND chunker_version = $4""",
+                tenant, document_id, live, prepared.chunker_version)
+            if earlier is not None and earlier["superseded_at"] is None:
+                raise IngestRefused("already_chunked", f"the live chunk set is {prepared.chunker_version} already")
+            now = await tx.fetchval("SELECT clock_timestamp()")
             await tx.execute(
-                """UPDATE knowledge_chunk_sets SET superseded_at = clock_timestamp()
+                """UPDATE knowledge_chunk_sets SET superseded_at = $4
                    WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND superseded_at IS NULL""",
-                tenant, document_id, live)
-            await tx.execute(
-                """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count)
-                   VALUES ($1, $2, $3, $4, $5)""", tenant, document_id, live, prepared.chunker_version,
-                len(prepared.chunks))
-            columns = chunk_columns(tenant, document_id, live, prepared)
-            await tx.execute(_CHUNKS_SQL, *columns)
-            if self.embed_version is not None:
+                tenant, document_id, live, now)
+            if earlier is None:
+                await tx.execute(
+                    """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version,
+                                                         chunk_count, created_at)
+                       VALUES ($1, $2, $3, $4, $5, $6)""", tenant, document_id, live, prepared.chunker_version,
+                    len(prepared.chunks), now)
+                await tx.execute(_CHUNKS_SQL, *chunk_columns(tenant, document_id, live, prepared))
+            else:  # back to a set it had: the same chunks (same source, same chunker), live again
+                await tx.execute(
+                    """UPDATE knowledge_chunk_sets
+                       SET earlier_periods = earlier_periods || tstzrange(created_at, superseded_at),
+                           created_at = $5, superseded_at = NULL
+                       WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND chunker_version = $4""",
+                    tenant, document_id, live, prepared.chunker_version, now)
+            if self.embed_version is not None:  # (a set made live again: only its chunks without vectors)
                 await tx.execute(_QUEUE_SET_SQL, tenant, document_id, live, prepared.chunker_version,
                                  self.embed_version, len(prepared.chunks))
             await tx.execute(
@@ -546,7 +559,7 @@ _CHUNKS_SQL = "WITH " + _chunk_writes("$2", "$3", "$4", 5) + "\nSELECT count(*) 
 
 # A re-chunked set queued for embedding: $1 tenant, $2 document, $3 version, $4 chunker version,
 # $5 model version, $6 chunk count.
-_QUEUE_SET_SQL = QUEUE_INSERT + "VALUES ($1, $2, $3, $4, $5, $6)"
+_QUEUE_SET_SQL = QUEUE_INSERT + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
 
 # The whole ingest in one statement (every write or none; one round trip): the source copy, made
 # inside the server and never re-sent; the document; its chunk set; the event; the outcome counter;

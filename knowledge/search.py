@@ -62,7 +62,8 @@ ADMIT = """
              ELSE d.valid_from <= $8 AND (d.valid_to IS NULL OR d.valid_to > $8) END
 """
 
-# The chunk set live then: the current one, or the one valid at as_of (re-chunking ends a set).
+# The chunk set live then: the current one, or the one valid at as_of (re-chunking ends a set;
+# re-chunking back to an earlier chunker version makes that set live again: `earlier_periods`).
 # ``c`` is the chunk; $1 tenant, $8 as_of.
 LIVE_SET = """
     EXISTS (
@@ -70,7 +71,8 @@ LIVE_SET = """
         WHERE cs.tenant_id = $1 AND cs.document_id = c.document_id AND cs.version = c.version
           AND cs.chunker_version = c.chunker_version
           AND CASE WHEN $8::timestamptz IS NULL THEN cs.superseded_at IS NULL
-                   ELSE cs.created_at <= $8 AND (cs.superseded_at IS NULL OR cs.superseded_at > $8) END)
+                   ELSE (cs.created_at <= $8 AND (cs.superseded_at IS NULL OR cs.superseded_at > $8))
+                        OR $8 <@ ANY (cs.earlier_periods) END)
 """
 
 # One statement: the query's lexemes; their postings in this tenant (read once, index-only);

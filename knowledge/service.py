@@ -60,7 +60,7 @@ from knowledge.retry import retry_transient, typed_faults
 from knowledge.search import LexicalArm, Searcher, get_chunk
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
-from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending
+from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
 from knowledge.semantic.store import ensure_index, table_exists
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
@@ -287,6 +287,11 @@ class KnowledgeService:
         oldest wait, this process's drain rate. Requires the semantic arm."""
         drain, _ = self._semantic()
         return await retry_transient("embedding_backlog", functools.partial(drain.backlog, tenant_id))
+
+    async def queued_for(self, version: str, tenant_id: str | None = None) -> Backlog:
+        """What waits for vectors under model ``version``, read from the queue without the arm in
+        this process (a read-only command never starts the model): the rate is 0."""
+        return await retry_transient("embedding_backlog", functools.partial(queue_backlog, self.db, version, tenant_id))
 
     async def ingest(
         self,

@@ -76,6 +76,10 @@ Cli = Callable[..., Result]
 
 @pytest.fixture
 def knowledge(capfd: pytest.CaptureFixture[str], database_dsn: str, tenant: str) -> Cli:
+    return cli_runner(capfd, database_dsn, tenant)
+
+
+def cli_runner(capfd: pytest.CaptureFixture[str], database_dsn: str, tenant: str) -> Cli:
     """``knowledge --dsn <test database> --tenant <fresh tenant> ARGS…`` in-process."""
 
     def run(*args: str, tenant_id: str = tenant, dsn: str | None = database_dsn) -> Result:
@@ -132,7 +136,9 @@ def test_version_and_json_after_the_command(knowledge: Cli, corpus: Path) -> Non
                                 env={**os.environ, "COMP_WORDS": "knowledge do", "COMP_CWORD": "1",
                                      "_KNOWLEDGE_COMPLETE": "complete_bash"})
     assert completion.returncode == 0 and completion.stdout.split() == ["docs"]  # shell completion works
-    assert "_knowledge_completion" in knowledge("--show-completion", "bash").out
+    with pytest.MonkeyPatch.context() as env:  # the shell named, not detected (no shell above pytest in CI)
+        env.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
+        assert "_knowledge_completion" in knowledge("--show-completion", "bash").out
     assert knowledge("ingest", str(corpus / "guide"), "--json").json()["outcomes"] == {"ingested": 1}
     after = knowledge("search", "pelican release", "--json").json()
     before = knowledge("--json", "search", "pelican release").json()
@@ -286,7 +292,8 @@ def test_ingest_folder_json_outcomes_refusals_and_reingest(knowledge: Cli, corpu
     assert isinstance(deploy["chunk_ordinal"], int) and deploy["heading_path"][:2] == ["deploy.md", "Deploy"]
     assert key_id not in result.out + result.err and secret not in result.out + result.err
 
-    # Again: what is there is unchanged; a changed file becomes a new version of its document.
+    # Again (a subfolder and a file: found under the keys the first ingest gave them): unchanged; a
+    # changed file becomes a new version of its document.
     again = knowledge("--json", "ingest", str(corpus / "guide"), str(corpus / "notes.txt"))
     assert again.code == 0 and again.json()["outcomes"] == {"unchanged": 2}
     (corpus / "guide" / "runbook.md").write_text(RUNBOOK + "\n## Aftercare\n\nWrite the incident note.\n")
@@ -384,6 +391,10 @@ def test_docs_list_show_versions_rechunk(knowledge: Cli, corpus: Path) -> None:
     assert [s["superseded_at"] is None for s in sets] == [False, True]
     human_versions = knowledge("docs", "versions", doc_id)
     assert human_versions.code == 0 and "live" in human_versions.out and "re-chunked" in human_versions.out
+    # … and back to the default chunker: its set is live again, with the same citations.
+    back = knowledge("--json", "docs", "rechunk", doc_id[:8])
+    assert back.code == 0 and back.json()["chunker_version"] == shown["document"]["chunker_version"]
+    assert knowledge("--json", "chunk", "show", old_chunk).json()["status"] == "live"
     missing = str(uuid.uuid4())
     for args in (("docs", "show", missing), ("docs", "versions", missing), ("docs", "rechunk", missing)):
         result = knowledge(*args)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
-from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_text
+from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, chunk_text
 from knowledge.ingest import IngestRefused
 from knowledge.lifecycle import DeletedChunk, DeleteRefused
 from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
@@ -211,3 +211,32 @@ async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(se
         await service.rechunk(doc, ParagraphChunker(), owner(tenant))
     with pytest.raises(IngestRefused, match="not_document_owner"):
         await service.rechunk(doc, ParagraphChunker(), owner(tenant, "mallory"))
+
+
+@pytest.mark.anyio
+async def test_rechunk_back_to_an_earlier_chunker_makes_its_set_live_again_and_as_of_reads_each_period(
+        service: KnowledgeService, tenant: str) -> None:
+    doc = await ingest(service, tenant, V1)
+    first = await service.search(query(tenant, "pelican procedure"))
+    await anyio.sleep(0.01)
+    during_first = datetime.now(UTC)
+    await anyio.sleep(0.01)
+    await service.rechunk(doc, ParagraphChunker(), owner(tenant))
+    second = await service.search(query(tenant, "pelican procedure"))
+    await anyio.sleep(0.01)
+    during_second = datetime.now(UTC)
+    await anyio.sleep(0.01)
+    assert await service.rechunk(doc, MarkdownChunker(), owner(tenant)) >= 1  # back to the first chunker
+    again = await service.search(query(tenant, "pelican procedure"))
+    assert [p.chunk_id for p in again] == [p.chunk_id for p in first]  # the same citations, live again
+    assert {p.chunk_id for p in second}.isdisjoint({p.chunk_id for p in again})
+    for instant, expected in ((during_first, first), (during_second, second)):
+        then = await service.search(query(tenant, "pelican procedure", as_of=instant))
+        assert [p.chunk_id for p in then] == [p.chunk_id for p in expected]
+    sets = await service.db.fetch(
+        "SELECT chunker_version, superseded_at IS NULL AS live, cardinality(earlier_periods) AS earlier "
+        "FROM knowledge_chunk_sets WHERE tenant_id = $1 ORDER BY chunker_version", tenant)
+    assert {(r["chunker_version"], r["live"], r["earlier"]) for r in sets} == {
+        (CHUNKER_VERSION, True, 1), ("paragraphs-test-v1", False, 0)}
+    with pytest.raises(IngestRefused, match="already_chunked"):  # the live set's own version
+        await service.rechunk(doc, MarkdownChunker(), owner(tenant))

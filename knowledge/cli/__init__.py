@@ -34,6 +34,7 @@ from knowledge.cli.context import (
 )
 from knowledge.cli.db_cmd import db_app
 from knowledge.cli.docs_cmd import chunk_app, docs_app
+from knowledge.cli.help import plain_help
 from knowledge.cli.ingest_cmd import ingest
 from knowledge.cli.output import Output, safe
 from knowledge.cli.search_cmd import search
@@ -65,7 +66,7 @@ def _print_version(value: bool) -> None:
 
 #: Global flags a command's arguments may carry too (moved before the command); `db psql` passes
 #: everything after it to psql.
-_HOISTED = ("--json",)
+_HOISTED = ("--json", "--jsonl")
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:
@@ -95,15 +96,39 @@ def _global(
     loop: Annotated[Loop, typer.Option(help="The event loop.")] = Loop.TRIO,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output (one JSON document); also "
                                                              "accepted after the command.")] = False,
+    json_lines: Annotated[bool, typer.Option("--jsonl", help="JSON Lines: one record per line as results come "
+                                                            "(search passages, ingest outcomes, list rows); "
+                                                            "also accepted after the command.")] = False,
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     ctx.obj = Options(dsn=dsn or None, data_dir=data_dir, tenant=tenant, principal_id=principal, loop=loop.value,
-                      out=Output(json_output))
+                      out=Output(json_output, lines=json_lines))
 
 
-app.command(help="Ingest files and folders (recursive); exit 1 if any file was refused.")(ingest)
-app.command(help="Search and print the rendered <knowledge> block.")(search)
+#: Examples under a command's help (typer keeps single newlines inside a paragraph).
+INGEST_EXAMPLES = """Examples:
+
+  knowledge ingest ~/runbooks --glob '*.md'            # a folder's Markdown files
+
+  knowledge ingest notes.txt --visibility project --project infra
+
+  curl -s https://example.org/faq.md | knowledge ingest - --name faq.md
+
+  knowledge ingest docs/ --jsonl | jq -c 'select(.reason)'   # the refusals, as they come"""
+
+SEARCH_EXAMPLES = """Examples:
+
+  knowledge search 'how do I restore a backup'          # for a person on a terminal
+
+  knowledge search 'rotate the TLS certificate' --format envelope   # what the agent is given
+
+  knowledge search 'pg_dump --clean' --as-of 2026-12-01 --min-relevance 0.5 --json"""
+
+app.command(help="Ingest files and folders (recursive); exit 1 if any file was refused.",
+            epilog=INGEST_EXAMPLES)(ingest)
+app.command(help="Search: passages for a person on a terminal, the agent's <knowledge> block when piped.",
+            epilog=SEARCH_EXAMPLES)(search)
 app.add_typer(docs_app, name="docs")
 app.add_typer(chunk_app, name="chunk")
 app.command(help="The tracked metrics: corpus size, ingestion outcomes, instruction-like rate, budget "
@@ -184,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     (set ``KNOWLEDGE_TRACEBACK=1`` to see one on stderr as well)."""
     log_to_stderr()
     try:
-        command = typer.main.get_command(app)
+        command = plain_help(typer.main.get_command(app))
         result = command.main(args=hoist_global_flags(argv if argv is not None else sys.argv[1:]),
                               prog_name="knowledge",
                               standalone_mode=False)

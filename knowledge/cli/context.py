@@ -16,18 +16,16 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 import typer
 
-from knowledge.cli import interrupt
 from knowledge.cli.output import Output
-from knowledge.config import Settings
-from knowledge.ingest import WRITE_SCOPE
-from knowledge.models import Principal
-from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import embedded_status, start_embedded
+
+if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.config import Settings
+    from knowledge.models import Principal
+    from knowledge.service import KnowledgeService
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -61,6 +59,8 @@ class Options:
     def settings(self, **overrides: Any) -> Settings:
         """Settings for a short-lived command: a small pool, no background sweeper or workers
         (commands that expire artifacts sweep themselves; ``knowledge worker`` runs the sweeper)."""
+        from knowledge.config import Settings
+
         base = Settings.from_env(dsn=self.dsn, data_dir=self.data_dir)
         values = {**base.model_dump(), "pool_min_size": 1, "pool_max_size": 4, "sweep_interval_seconds": None,
                   "attachment_workers": 0, "application_name": "knowledge-cli", **overrides}
@@ -68,11 +68,16 @@ class Options:
 
     def principal(self) -> Principal:
         """The CLI's principal: the operator at a terminal, holding ``knowledge.write``."""
+        from knowledge.ingest import WRITE_SCOPE
+        from knowledge.models import Principal
+
         return Principal(tenant_id=self.tenant, principal_id=self.principal_id, scopes=frozenset({WRITE_SCOPE}))
 
     def run(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run ``fn`` on the chosen event loop (``--loop``), SIGINT and SIGTERM cancelling it
         (`knowledge.cli.interrupt`)."""
+        from knowledge.cli import interrupt
+
         return interrupt.run(fn, self.loop)
 
 
@@ -87,6 +92,8 @@ def join_running_server(data_dir: Path) -> bool:
     """If the embedded server for ``data_dir`` is running, join it so that it stays running when this
     process exits (it was started by ``knowledge db start`` or by another process); else do nothing,
     and the service starts one that stops when this process exits. Returns whether it was running."""
+    from supervisors.embedded_pg import embedded_status, start_embedded
+
     if embedded_status(data_dir) is None:
         return False
     start_embedded(data_dir, cleanup_mode=None)
@@ -96,6 +103,10 @@ def join_running_server(data_dir: Path) -> bool:
 @contextlib.asynccontextmanager
 async def open_service(opts: Options, **overrides: Any) -> AsyncIterator[KnowledgeService]:
     """Open the service for one command (joining a running embedded server, see `join_running_server`)."""
+    import anyio
+
+    from knowledge.service import KnowledgeService
+
     settings = opts.settings(**overrides)
     if settings.dsn is None:
         await anyio.to_thread.run_sync(join_running_server, settings.data_dir)

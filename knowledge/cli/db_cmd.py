@@ -12,14 +12,14 @@ import signal
 import subprocess
 import urllib.parse
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from knowledge.cli.context import EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Options, open_service, options
-from knowledge.service import Health
-from knowledge.store.db import Database, open_bridge
-from supervisors.embedded_pg import BIN, embedded_status, start_embedded, stop_embedded
+
+if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.service import Health
 
 db_app = typer.Typer(help="The embedded PostgreSQL server (of --data-dir).", no_args_is_help=True)
 
@@ -39,6 +39,8 @@ async def _health(opts: Options, **overrides: Any) -> Health:
 @db_app.command("start")
 def start(ctx: typer.Context) -> int:
     """Start the embedded server (initdb on first use), create and migrate the database, and leave it running."""
+    from supervisors.embedded_pg import start_embedded
+
     opts = options(ctx)
     data_dir = _embedded_only(opts, "start")
     server = start_embedded(data_dir, cleanup_mode=None)
@@ -66,6 +68,8 @@ WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1 ORD
 
 async def connected_clients(dsn: str) -> dict[str, int]:
     """The server's other client connections, by application name (``knowledge-cli``, a worker…)."""
+    from knowledge.store.db import Database, open_bridge
+
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
         return {r["app"]: int(r["n"]) for r in await db.fetch(_CLIENTS_SQL)}
 
@@ -75,6 +79,8 @@ def stop(ctx: typer.Context, force: Annotated[bool, typer.Option(
         "--force", help="Stop even with clients connected: their transactions roll back and their commands end "
                         "with 'database unavailable' (what they committed stays).")] = False) -> int:
     """Stop the embedded server, whoever started it — unless clients are connected (then --force)."""
+    from supervisors.embedded_pg import embedded_status, stop_embedded
+
     opts = options(ctx)
     data_dir = _embedded_only(opts, "stop")
     server = embedded_status(data_dir)
@@ -103,6 +109,8 @@ def _without_password(dsn: str) -> str:
 @db_app.command("status")
 def status(ctx: typer.Context) -> int:
     """Whether the server answers (exit 0) or not (exit 3): the embedded one of --data-dir, or --dsn's."""
+    from supervisors.embedded_pg import embedded_status
+
     opts = options(ctx)
     settings = opts.settings()
     if settings.dsn is not None:
@@ -133,6 +141,8 @@ def status(ctx: typer.Context) -> int:
 def _tool(opts: Options, name: str) -> tuple[Path, str]:
     """A client program bundled with the embedded server, and the DSN of the service's database
     (--dsn's, or the embedded server's: started or joined, the database created and migrated)."""
+    from supervisors.embedded_pg import BIN, embedded_status
+
     settings = opts.settings()
     dsn = settings.dsn
     if dsn is None:

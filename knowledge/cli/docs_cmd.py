@@ -11,17 +11,18 @@ import sys
 import uuid
 from datetime import UTC, date, datetime, time
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from knowledge.catalog import Citation, DocumentDetail, DocumentSummary, VersionInfo
 from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
 from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, require_tenant
 from knowledge.cli.output import human_bytes, safe
-from knowledge.lifecycle import DeletedChunk
 from knowledge.normalize import NORMALIZER_VERSION
-from knowledge.render import PATH_SEPARATOR
+
+if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.catalog import Citation, DocumentDetail, DocumentSummary, VersionInfo
+    from knowledge.lifecycle import DeletedChunk
 
 docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
 chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
@@ -68,6 +69,8 @@ def parse_document_id(value: str, opts: Options) -> uuid.UUID:
 
 
 def _path(heading_path: list[str]) -> str:
+    from knowledge.render import PATH_SEPARATOR
+
     return PATH_SEPARATOR.join(heading_path)
 
 
@@ -279,6 +282,8 @@ def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(metav
     async def run() -> Citation | DeletedChunk | None:
         async with open_service(opts, semantic_arm=False) as svc:
             return await svc.resolve_citation(chunk_id, tenant_id=opts.tenant)
+
+    from knowledge.lifecycle import DeletedChunk
 
     found = opts.run(run)
     if found is None:

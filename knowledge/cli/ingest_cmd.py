@@ -30,19 +30,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import anyio
 import typer
 from pydantic import BaseModel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from knowledge.catalog import live_document
 from knowledge.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Options, open_service, options
 from knowledge.cli.output import human_bytes
 from knowledge.errors import ArtifactTooLarge, KnowledgeError
-from knowledge.ingest import IngestRefused, IngestRequest
-from knowledge.ingest_bulk import Outcome
 from knowledge.models import (
     ArtifactOrigin,
     Authority,
@@ -52,11 +48,14 @@ from knowledge.models import (
     TrustLevel,
     Visibility,
 )
-from knowledge.render import PATH_SEPARATOR
-from knowledge.retry import unavailable
-from knowledge.semantic.queue import Backlog
-from knowledge.service import KnowledgeService
-from knowledge.store.db import is_transient
+
+if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from rich.progress import Progress
+
+    from knowledge.ingest import IngestRequest
+    from knowledge.ingest_bulk import Outcome
+    from knowledge.semantic.queue import Backlog
+    from knowledge.service import KnowledgeService
 
 #: What counts as success: no refusal among these outcomes.
 OK_OUTCOMES = ("ingested", "new_version", "unchanged")
@@ -112,12 +111,32 @@ def detect_media_type(path: Path, data: bytes, *, as_text: bool = False) -> str:
     return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
 
 
-def document_id_for(tenant: str, path: Path, stdin_name: str | None = None) -> uuid.UUID:
-    """The document a file is, within a tenant: the same absolute path, the same document; what
-    standard input carried, the same ``--name``."""
+def document_id_for(tenant: str, key: str, stdin_name: str | None = None) -> uuid.UUID:
+    """The document a file is, within a tenant: the same `Found.key` (its path from the folder
+    given, that folder's name included), the same document — a moved folder is not a second copy;
+    what standard input carried, the same ``--name``."""
     if stdin_name is not None:
         return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:stdin:{stdin_name}")
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{path.resolve()}")
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:path:{key}")
+
+
+def legacy_document_id(tenant: str, file: Path) -> uuid.UUID:
+    """The id versions before 0.2 gave a file (from its absolute path): a store ingested then keeps
+    its documents when the same files are ingested again."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{file.resolve()}")
+
+
+def identity_candidates(tenant: str, found: Found) -> list[uuid.UUID]:
+    """The ids the file may already have, the most specific first: its path under each enclosing
+    folder with at least as many parts as its own key (an ingest of a parent folder named it so:
+    ``b/docs/x.md`` is found again when ``b/docs`` is ingested), then its pre-0.2 id. Shorter
+    keys are never tried: ``docs/x.md`` may be another project's."""
+    parts = found.file.resolve().parts[1:]
+    own = len(found.key.split("/"))
+    keys = ["/".join(parts[-n:]) for n in range(len(parts), own - 1, -1)]
+    if found.key not in keys:
+        keys.append(found.key)
+    return [*(document_id_for(tenant, key) for key in keys), legacy_document_id(tenant, found.file)]
 
 
 def _stdin_file(name: str, limit: int) -> Path:
@@ -132,16 +151,27 @@ def _stdin_file(name: str, limit: int) -> Path:
     return folder / name
 
 
-def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[tuple[Path, str]]:
-    """Every file to ingest with its default title (a folder's files: their path inside it, kept
-    if it matches an ``include`` glob, when any, and no ``exclude`` glob). A path that does not
-    exist is a bad argument. Entries that are not regular files or folders (FIFOs, sockets,
-    devices) are kept: `read_source` refuses them without reading."""
-    found: list[tuple[Path, str]] = []
+class Found(NamedTuple):
+    """A file to ingest: where it is, its default title (its path inside the folder given, or its
+    name), and its identity key (that path with the folder's own name in front; a file given
+    alone: its folder's name and its own)."""
+
+    file: Path
+    title: str
+    key: str
+
+
+def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Found]:
+    """Every file to ingest (a folder's files: kept if their path inside it matches an ``include``
+    glob, when any, and no ``exclude`` glob). A path that does not exist is a bad argument. Entries
+    that are not regular files or folders (FIFOs, sockets, devices) are kept: `read_source` refuses
+    them without reading."""
+    found: list[Found] = []
     for path in paths:
         if not path.exists():
             raise CliError(f"no such file or directory: {path}")
         if path.is_dir():
+            root = path.resolve().name
             for file in sorted(path.rglob("*")):
                 rel = file.relative_to(path)
                 if file.is_dir() or any(part.startswith(".") for part in rel.parts):
@@ -151,15 +181,15 @@ def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[st
                     continue
                 if any(fnmatch.fnmatch(rel.as_posix(), g) or fnmatch.fnmatch(file.name, g) for g in exclude):
                     continue
-                found.append((file, rel.as_posix()))
+                found.append(Found(file, rel.as_posix(), f"{root}/{rel.as_posix()}"))
         else:
-            found.append((path, path.name))
+            found.append(Found(path, path.name, f"{path.resolve().parent.name}/{path.name}"))
     seen: set[Path] = set()
     unique = []
-    for file, title in found:
-        if file.resolve() not in seen:
-            seen.add(file.resolve())
-            unique.append((file, title))
+    for entry in found:
+        if entry.file.resolve() not in seen:
+            seen.add(entry.file.resolve())
+            unique.append(entry)
     return unique
 
 
@@ -194,10 +224,13 @@ class _Upload:
     existing: bool = False
 
 
-async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, title: str,
-                      request: dict[str, Any]) -> _Upload:
+async def upload_file(svc: KnowledgeService, principal: Principal, found: Found, request: dict[str, Any]) -> _Upload:
     """Read one file and put it as an upload with an expiry; an unchanged file or an unreadable
     one is settled here. A refusal is an outcome, not an exception."""
+    from knowledge.catalog import live_documents
+    from knowledge.ingest import IngestRequest
+
+    file, title = found.file, found.title
     stdin_name = request.get("stdin", {}).get(file)
     out = FileOutcome(path="-" if stdin_name else str(file), outcome="refused", title=title)
     tenant = principal.tenant_id
@@ -209,8 +242,11 @@ async def upload_file(svc: KnowledgeService, principal: Principal, file: Path, t
         return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
     media_type = detect_media_type(file, data, as_text=request.get("as_text", False))
     out = out.model_copy(update={"media_type": media_type, "size_bytes": len(data)})
-    document_id = document_id_for(tenant, file, stdin_name)
-    existing = await live_document(svc.db, tenant, document_id)
+    document_id = document_id_for(tenant, found.key, stdin_name)
+    candidates = [document_id] if stdin_name is not None else identity_candidates(tenant, found)
+    known = await live_documents(svc.db, tenant, candidates)
+    document_id = next((c for c in candidates if c in known), document_id)
+    existing = known.get(document_id)
     if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
         return _Upload(out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
                                               "version": existing.version, "chunks": existing.chunks}))
@@ -236,6 +272,9 @@ UNAVAILABLE = ("database_unavailable", "embedded_server")
 
 def lost_database(exc: BaseException) -> KnowledgeError | None:
     """The typed error if ``exc`` (or the one leaf of its group) means the database went away."""
+    from knowledge.retry import unavailable
+    from knowledge.store.db import is_transient
+
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, KnowledgeError) and exc.reason in UNAVAILABLE:
@@ -258,6 +297,9 @@ class IngestCut(Exception):
 async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> FileOutcome:
     """One file's outcome from its ingest's. A file another process ingested meanwhile (two
     ingests of one folder at once) is ``unchanged`` when that process stored the same bytes."""
+    from knowledge.catalog import live_document
+    from knowledge.ingest import IngestRefused
+
     out = upload.out
     if isinstance(outcome, IngestRefused) and outcome.reason == "document_exists" and upload.request is not None:
         tenant, document_id = upload.request.principal.tenant_id, upload.request.document_id
@@ -293,6 +335,8 @@ def tally(results: list[FileOutcome]) -> dict[str, int]:
 
 def _detail(r: FileOutcome) -> str:
     if r.reason == "secret_detected" and r.chunk_ordinal is not None:
+        from knowledge.render import PATH_SEPARATOR
+
         path = PATH_SEPARATOR.join(r.heading_path or []) or "(no heading)"
         return f"chunk {r.chunk_ordinal} under {path}"
     return r.message or ""
@@ -345,7 +389,7 @@ def ingest(
     if title is not None and (len(files) != 1 or paths[0].is_dir()):
         raise CliError("--title applies to a single file")
     if title is not None:
-        files = [(files[0][0], title)]
+        files = [files[0]._replace(title=title)]
     principal = opts.principal()
     request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
                                "authority": authority, "sensitivity": sensitivity, "as_text": as_text,
@@ -361,7 +405,10 @@ def ingest(
     code = EXIT_OK if all(r.outcome in OK_OUTCOMES for r in results) else EXIT_REFUSED
     if cut is not None:
         code = EXIT_UNAVAILABLE
-    if opts.out.json:
+    if opts.out.lines:  # the files were streamed: the summary is the last record
+        opts.out.record({"outcomes": counts, "embedding_backlog": backlog, "exit_code": code,
+                         **({"error": f"database unavailable: {cut.error.message}"} if cut else {})})
+    elif opts.out.json:
         opts.out.emit_json({"files": results, "outcomes": counts, "embedding_backlog": backlog, "exit_code": code,
                             **({"error": f"database unavailable: {cut.error.message}"} if cut else {})})
     else:
@@ -390,7 +437,7 @@ class _Run:
         return IngestCut([u.out for u in self.uploads], error)
 
 
-async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Path, str]],
+async def _ingest_all(opts: Options, principal: Principal, files: list[Found],
                       request: dict[str, Any], wait_embedded: float | None) -> tuple[list[FileOutcome], Backlog | None]:
     """Read and put every file, then ingest them together (`KnowledgeService.ingest_many`: the next
     documents prepared while the server writes a group of them), then expire the uploads. If the
@@ -404,38 +451,54 @@ async def _ingest_all(opts: Options, principal: Principal, files: list[tuple[Pat
         raise run.cut(error) from exc
 
 
-async def _ingest_run(opts: Options, principal: Principal, files: list[tuple[Path, str]], request: dict[str, Any],
+async def _ingest_run(opts: Options, principal: Principal, files: list[Found], request: dict[str, Any],
                       wait_embedded: float | None, run: _Run) -> tuple[list[FileOutcome], Backlog | None]:
     backlog = None
     async with open_service(opts) as svc:
         progress = _progress(opts)
         with progress:
             task = progress.add_task("reading", total=len(files))
-            for file, title in files:
-                progress.update(task, description=f"reading {file.name[:40]}")
-                run.uploads.append(await upload_file(svc, principal, file, title, request))
+            for found in files:
+                progress.update(task, description=f"reading {found.file.name[:40]}")
+                run.uploads.append(upload := await upload_file(svc, principal, found, request))
+                if upload.request is None and opts.out.lines:
+                    opts.out.record(upload.out)  # settled already: unchanged, or refused before ingest
                 progress.advance(task)
             run.pending = pending = [u for u in run.uploads if u.request is not None]
             progress.update(task, description="ingesting", completed=len(run.uploads) - len(pending))
             lost: list[KnowledgeError] = []
-            with anyio.CancelScope() as ingesting:
-                def on_done(index: int, outcome: Outcome) -> None:
-                    run.done[index] = outcome
-                    progress.advance(task)
-                    if isinstance(outcome, BaseException) and (error := lost_database(outcome)):
-                        lost.append(error)  # the rest would fail alike, each after its retries
-                        ingesting.cancel()
+            settled, to_settle = anyio.create_memory_object_stream[int](max_buffer_size=max(1, len(pending)))
 
-                try:
-                    await svc.ingest_many([u.request for u in pending if u.request is not None], on_done=on_done)
-                finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
-                    with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
-                        await svc.artifacts.expire_now(principal.tenant_id,
-                                                       [u.request.source.artifact_id for u in pending if u.request])
+            async def settle_each() -> None:  # each outcome as it comes (a JSON Lines record at once)
+                async with to_settle:
+                    async for i in to_settle:  # (an outcome that says the database went away is raised)
+                        pending[i].out = await settle(svc, pending[i], run.done[i])
+                        if opts.out.lines:
+                            opts.out.record(pending[i].out)
+
+            async with anyio.create_task_group() as settling:
+                settling.start_soon(settle_each)
+                with settled, anyio.CancelScope() as ingesting:
+                    def on_done(index: int, outcome: Outcome) -> None:
+                        run.done[index] = outcome
+                        progress.advance(task)
+                        if isinstance(outcome, BaseException) and (error := lost_database(outcome)):
+                            lost.append(error)  # the rest would fail alike, each after its retries
+                            ingesting.cancel()
+                        else:
+                            settled.send_nowait(index)
+
+                    try:
+                        await svc.ingest_many([u.request for u in pending if u.request is not None],
+                                              on_done=on_done)
+                    finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
+                        with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
+                            await svc.artifacts.expire_now(
+                                principal.tenant_id, [u.request.source.artifact_id for u in pending if u.request])
+                if lost:
+                    settling.cancel_scope.cancel()
             if lost:
                 raise lost[0]
-        for i, u in enumerate(pending):  # (an outcome that says the database went away is raised)
-            u.out = await settle(svc, u, run.done[i])
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
         if svc.drain is not None:
             if wait_embedded:
@@ -456,6 +519,8 @@ def landed(upload: _Upload, outcome: Outcome | None) -> FileOutcome:
 
 
 def _progress(opts: Options) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=opts.out.err, disable=opts.out.json or not opts.out.err.is_terminal)
 

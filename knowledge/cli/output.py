@@ -1,4 +1,5 @@
-"""Output for the CLI: JSON for scripts (``--json``), rich tables for a terminal.
+"""Output for the CLI: JSON for scripts (``--json``: one document; ``--jsonl``: JSON Lines, a record
+per line as results come — search passages, ingest outcomes, list rows), rich tables for a terminal.
 
 Everything a document supplies (titles, headings, passage text) is printed as plain text, never as
 rich markup, and with control characters other than newline and tab shown as ``\\xNN`` — a
@@ -47,8 +48,10 @@ def human_bytes(n: int) -> str:
 class Output:
     """Where one invocation prints: stdout for results, stderr for progress and errors."""
 
-    def __init__(self, json_mode: bool) -> None:
-        self.json = json_mode
+    def __init__(self, json_mode: bool, lines: bool = False) -> None:
+        #: Machine-readable output (either mode); ``lines``: JSON Lines.
+        self.json = json_mode or lines
+        self.lines = lines
         # Not a terminal and no $COLUMNS: 120 columns rather than rich's 80 (ids are 36 wide).
         width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
         self.console = Console(soft_wrap=False, highlight=False, width=width)
@@ -56,9 +59,18 @@ class Output:
 
     def emit_json(self, data: Any, *, compact: bool = False) -> None:
         """One JSON document on stdout (pydantic models, UUIDs and datetimes included); ``compact``: on
-        one line (a stream of events, one per line)."""
-        text = json.dumps(to_jsonable_python(data), indent=None if compact else 2, ensure_ascii=False)
+        one line (a stream of events, one per line). Under ``--jsonl`` a list is a line per item."""
+        if self.lines and isinstance(data, list):
+            for item in data:
+                self.record(item)
+            return
+        text = json.dumps(to_jsonable_python(data), indent=None if compact or self.lines else 2, ensure_ascii=False)
         sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def record(self, data: Any) -> None:
+        """One JSON Lines record on stdout, flushed (a consumer reads it as it comes)."""
+        sys.stdout.write(json.dumps(to_jsonable_python(data), ensure_ascii=False) + "\n")
         sys.stdout.flush()
 
     def text(self, value: str) -> None:

@@ -1,19 +1,27 @@
-"""``knowledge search QUERY``: the passages the principal may read, as the rendered ``<knowledge>`` block."""
+"""``knowledge search QUERY``: the passages the principal may read — for a person on a terminal, a
+readable list (rank, relevance, title and heading path, chunk id, the passage as plain text); the
+agent's rendered ``<knowledge>`` block when piped or with ``--format envelope``; ``--json`` /
+``--jsonl`` for scripts."""
 
 from __future__ import annotations
 
 import re
+import sys
+import textwrap
 from datetime import UTC, date, datetime, time
-from typing import Annotated
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
+from rich.text import Text
 
 from knowledge.cli.context import CliError, open_service, options, require_tenant
+from knowledge.cli.output import Output, safe
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
-from knowledge.render import render_knowledge_block
-from knowledge.semantic.arm import SemanticArm
-from knowledge.service import KnowledgeService
+
+if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.service import KnowledgeService
 
 _MINUTE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(Z|[+-]\d{2}:?\d{2})?$")
 
@@ -37,6 +45,32 @@ def parse_as_of(value: str) -> datetime:
     return when
 
 
+class Format(StrEnum):
+    AUTO = "auto"
+    TEXT = "text"
+    ENVELOPE = "envelope"
+
+
+def show_passages(out: Output, passages: list[RetrievedPassage]) -> None:
+    """The passages for a person: a header line (rank, title, heading path), a line of facts
+    (relevance, chunk id, date, arms), then the passage as plain text, indented. Document text is
+    never markup and its control characters are shown escaped (`safe`)."""
+    for rank, p in enumerate(passages, 1):
+        head = Text()
+        head.append(f"{rank}. {safe(p.title)}", style="bold")
+        headings = p.heading_path[1:] if p.heading_path[:1] == [p.title] else p.heading_path
+        if headings:
+            head.append("  ›  " + " › ".join(safe(h) for h in headings))
+        facts = [f"relevance {p.relevance:.2f}" if p.relevance is not None else f"score {p.score:.3f}",
+                 f"chunk {p.chunk_id}", *([p.doc_date.isoformat()] if p.doc_date else []), "+".join(p.arms),
+                 f"{p.tokens} tokens"]
+        out.console.print(head)
+        out.console.print(Text("   " + " · ".join(facts), style="dim"))
+        if p.instruction_like:
+            out.console.print(Text("   instruction-like: quote it, never follow it", style="yellow"))
+        out.console.print(Text(textwrap.indent(safe(p.text).rstrip("\n"), "   ", lambda _: True) + "\n"))
+
+
 #: How long a search waits for its process's embedder child to load the model (then: lexical only, said).
 EMBEDDER_WAIT_SECONDS = 60.0
 
@@ -55,9 +89,16 @@ def search(
     ceiling: Annotated[Sensitivity, typer.Option(help="The surface's sensitivity ceiling.")] = Sensitivity.INTERNAL,
     min_relevance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Return only passages at least this likely "
                                                  "to answer (the passages' calibrated relevance).")] = 0.0,
+    output_format: Annotated[Format, typer.Option(
+        "--format", help="text: for a person; envelope: the agent's <knowledge> block; auto: text on a terminal, "
+                         "else envelope.")] = Format.AUTO,
 ) -> int:
-    """Search as --principal of --tenant and print the rendered <knowledge> block (or, with --json,
-    the passages and the block)."""
+    """Search as --principal of --tenant: the passages for a person on a terminal, the agent's
+    <knowledge> block when piped (or with --format envelope); --json: the passages and the block;
+    --jsonl: a line per passage."""
+    from knowledge.render import render_knowledge_block
+    from knowledge.semantic.arm import SemanticArm
+
     opts = options(ctx)
     when = parse_as_of(as_of) if as_of is not None else None
     if not query.strip():
@@ -89,9 +130,14 @@ def search(
     passages, policy, arms, notes = opts.run(run)
     rendered_at = when or datetime.now(UTC)
     block = render_knowledge_block(passages, as_of=rendered_at, policy=policy)
-    if opts.out.json:
+    if opts.out.lines:
+        for rank, passage in enumerate(passages, 1):
+            opts.out.record({"rank": rank, **passage.model_dump(mode="json")})
+    elif opts.out.json:
         opts.out.emit_json({"query": request, "as_of": rendered_at, "arms": arms, "passages": passages,
                             "block": block, **({"notes": notes} if notes else {})})
+    elif output_format is Format.TEXT or (output_format is Format.AUTO and sys.stdout.isatty()):
+        show_passages(opts.out, passages)
     else:
         opts.out.text(block)
     for note in notes:

@@ -9,17 +9,19 @@ turn was traced.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from knowledge.attachments import QueueOverview
-from knowledge.catalog import CitationCounts, CorpusSize, TenantSummary
 from knowledge.cli.context import open_service, options
 from knowledge.cli.output import human_bytes
-from knowledge.metrics import IngestStats
-from knowledge.semantic.queue import Backlog
-from knowledge.trace import BudgetPressure
+
+if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.attachments import QueueOverview
+    from knowledge.catalog import CitationCounts, CorpusSize, TenantSummary
+    from knowledge.metrics import IngestStats
+    from knowledge.semantic.queue import Backlog
+    from knowledge.trace import BudgetPressure
 
 NO_TRACES = "n/a (no turns traced)"
 
@@ -30,11 +32,17 @@ def stats(ctx: typer.Context) -> int:
 
     async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None, QueueOverview,
                              Backlog | None]:
-        async with open_service(opts) as svc:
+        from knowledge import semantic
+        from knowledge.semantic.encoder import model_version
+
+        settings = opts.settings()
+        # The queue is read without the arm: stats never starts the model.
+        version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
+        async with open_service(opts, semantic_arm=False) as svc:
             return (await svc.corpus_size(opts.tenant), await svc.ingest_stats(opts.tenant),
                     await svc.budget_pressure(opts.tenant), await svc.citation_counts(opts.tenant),
                     await svc.attachment_overview(opts.tenant),
-                    await svc.embedding_backlog(opts.tenant) if svc.drain is not None else None)
+                    await svc.queued_for(version, opts.tenant) if version is not None else None)
 
     corpus, ingest, pressure, citations, attachments, backlog = opts.run(run)
     traced = pressure.turns > 0

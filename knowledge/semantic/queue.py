@@ -208,12 +208,8 @@ class EmbeddingDrain:
 
     async def backlog(self, tenant: str | None = None) -> Backlog:
         """What waits (of one tenant, or all); the rate is this drain's, whoever it worked for."""
-        row = await self.db.fetchrow(_BACKLOG, self.version, MAX_ATTEMPTS, tenant)
-        assert row is not None
-        return Backlog(model_version=self.version, chunk_sets=int(row["sets"]), chunks=int(row["chunks"]),
-                       stuck_sets=int(row["stuck"]),
-                       oldest_wait_seconds=round(float(row["oldest"]), 3),
-                       windows_per_second=round(self.windows_per_second(), 2))
+        return await queue_backlog(self.db, self.version, tenant, self.windows_per_second())
+
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Claim, embed, write, repeat, until cancelled (the service's task group owns this)."""
@@ -313,3 +309,14 @@ def batches(sizes: list[int], budget: int) -> list[tuple[int, int]]:
 
 def _keys(rows: list[QueueRow]) -> tuple[list[str], list[int]]:
     return [r.tenant_id for r in rows], [r.seq for r in rows]
+
+
+async def queue_backlog(db: Database, version: str, tenant: str | None = None, rate: float = 0.0) -> Backlog:
+    """What waits for vectors under model ``version`` (of one tenant, or all): a query of the
+    queue, which any process may run (no drain, no model); ``rate``: the windows per second of
+    the drain asking, if one does."""
+    row = await db.fetchrow(_BACKLOG, version, MAX_ATTEMPTS, tenant)
+    assert row is not None
+    return Backlog(model_version=version, chunk_sets=int(row["sets"]), chunks=int(row["chunks"]),
+                   stuck_sets=int(row["stuck"]), oldest_wait_seconds=round(float(row["oldest"]), 3),
+                   windows_per_second=round(rate, 2))

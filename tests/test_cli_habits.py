@@ -1,0 +1,177 @@
+"""The CLI's habits (issue 20 §2, §4): help without Python type names, JSON Lines, a search
+rendered for a person on a terminal (through a real pty), document identity that survives a
+moved folder, and read-only commands that never start the embedding model."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from knowledge.cli import app, main
+from knowledge.cli.help import plain_help
+from knowledge.cli.ingest_cmd import Found, document_id_for, identity_candidates, legacy_document_id
+from supervisors.embedder import Embedder
+from tests.test_cli import RUNBOOK, Cli, cli_runner
+
+SCRIPT = Path(sys.executable).parent / "knowledge"
+
+
+@pytest.fixture
+def knowledge(capfd: pytest.CaptureFixture[str], database_dsn: str, tenant: str) -> Cli:
+    return cli_runner(capfd, database_dsn, tenant)
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    root = tmp_path / "site" / "docs"
+    (root / "ops").mkdir(parents=True)
+    (root / "ops" / "runbook.md").write_text(RUNBOOK)
+    (root / "notes.txt").write_text("The heron cluster fails over at midnight.\n")
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(64)))
+    return root
+
+
+def command_paths(command: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for name, sub in getattr(command, "commands", {}).items():
+        paths += command_paths(sub, (*prefix, name))
+    return paths
+
+
+def test_help_names_no_python_types_and_shows_examples(capfd: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # a narrow terminal: nothing folds mid-word
+    tree = plain_help(typer.main.get_command(app))
+    paths = command_paths(tree)
+    assert len(paths) > 15
+    for path in paths:
+        assert main([*path, "--help"]) == 0
+        text = capfd.readouterr().out
+        for python in ("<str>", "<bool>", "<int>", "<float>", "<path>", "<list[", "<Path", "{"):
+            assert python not in text, (path, python)
+        command = tree
+        for name in path:
+            command = command.commands[name]
+        for param in command.params:  # every option's name is printed whole
+            for opt in param.opts if param.param_type_name == "option" else ():
+                assert opt in text, (path, opt)
+    assert main(["ingest", "--help"]) == 0
+    ingest_help = capfd.readouterr().out
+    assert "Examples:" in ingest_help and "PATH..." in ingest_help and "--glob" in ingest_help
+    assert "One of: principal_authored, principal_supplied, fetched." in " ".join(
+        ingest_help.replace("│", " ").split())
+
+
+def test_jsonl_streams_ingest_outcomes_search_passages_and_list_rows(knowledge: Cli, docs: Path) -> None:
+    ingested = knowledge("ingest", str(docs), "--jsonl")
+    assert ingested.code == 1  # the PNG is refused
+    records = [json.loads(line) for line in ingested.out.splitlines()]
+    files, summary = records[:-1], records[-1]
+    assert sorted(Path(r["path"]).name for r in files) == ["logo.png", "notes.txt", "runbook.md"]
+    assert {Path(r["path"]).name: r["outcome"] for r in files}["runbook.md"] == "ingested"
+    assert summary["outcomes"] == {"ingested": 2, "unsupported_media_type": 1} and summary["exit_code"] == 1
+    found = knowledge("--jsonl", "search", "pelican release rollback")
+    passages = [json.loads(line) for line in found.out.splitlines()]
+    assert found.code == 0 and passages and [p["rank"] for p in passages] == list(range(1, len(passages) + 1))
+    assert passages[0]["title"] == "ops/runbook.md" and "pelican" in passages[0]["text"]
+    rows = [json.loads(line) for line in knowledge("docs", "list", "--jsonl").out.splitlines()]
+    assert sorted(r["title"] for r in rows) == ["notes.txt", "ops/runbook.md"]
+
+
+def run_in_pty(*args: str) -> str:
+    """The console script with its stdout on a pseudo-terminal (as a person runs it); its output."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([str(SCRIPT), *args], stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "COLUMNS": "120"})
+    os.close(follower)
+    chunks: list[bytes] = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], 60)
+        if not ready:
+            proc.kill()
+            raise AssertionError("no output from the pty within 60 s")
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_search_reads_as_passages_on_a_terminal_and_as_the_envelope_when_piped(
+        knowledge: Cli, docs: Path, database_dsn: str, tenant: str) -> None:
+    assert knowledge("ingest", str(docs / "ops")).code == 0
+    base = ("--dsn", database_dsn, "--tenant", tenant, "search", "pelican release rollback")
+    person = run_in_pty(*base)
+    assert "<knowledge" not in person
+    assert "1. runbook.md" in person and "Rollback" in person and "relevance" in person
+    assert "Revert the pelican release tag" in person and "chunk kc_" in person
+    agent = run_in_pty(*base, "--format", "envelope")
+    assert agent.lstrip().startswith("<knowledge") and "Revert the pelican release tag" in agent
+    piped = subprocess.run([str(SCRIPT), *base], capture_output=True, text=True, timeout=120, check=True)
+    assert piped.stdout.lstrip().startswith("<knowledge")
+    text = subprocess.run([str(SCRIPT), *base, "--format", "text"], capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert text.stdout.startswith("1. runbook.md") and "\x1b[" not in text.stdout  # no colour into a pipe
+
+
+def test_a_moved_folder_is_not_a_second_copy(knowledge: Cli, docs: Path, tmp_path: Path) -> None:
+    first = {Path(f["path"]).name: f for f in knowledge("--json", "ingest", str(docs)).json()["files"]}
+    moved = tmp_path / "elsewhere" / "docs"
+    moved.parent.mkdir()
+    shutil.move(docs, moved)
+    again = knowledge("--json", "ingest", str(moved))
+    assert again.json()["outcomes"] == {"unchanged": 2, "unsupported_media_type": 1}
+    assert {Path(f["path"]).name: f["document_id"] for f in again.json()["files"] if f["document_id"]} == {
+        name: f["document_id"] for name, f in first.items() if f["document_id"]}
+    # A subfolder or a file of it alone: found under the keys the folder's ingest gave them.
+    assert knowledge("--json", "ingest", str(moved / "ops")).json()["outcomes"] == {"unchanged": 1}
+    (moved / "ops" / "runbook.md").write_text(RUNBOOK + "\n## Aftercare\n\nWrite the incident note.\n")
+    (entry,) = knowledge("--json", "ingest", str(moved / "ops" / "runbook.md")).json()["files"]
+    assert (entry["outcome"], entry["version"], entry["document_id"]) == (
+        "new_version", 2, first["runbook.md"]["document_id"])
+    assert len(knowledge("--json", "docs", "list").json()) == 2  # no second copy of anything
+
+
+def test_identity_candidates_most_specific_first_never_shorter_keys(tmp_path: Path) -> None:
+    file = tmp_path / "a" / "docs" / "x.md"
+    found = Found(file, "x.md", "docs/x.md")
+    ids = identity_candidates("t", found)
+    parts = file.resolve().parts[1:]
+    assert ids[0] == document_id_for("t", "/".join(parts))  # the whole path first
+    assert ids[-2] == document_id_for("t", "docs/x.md") and ids[-1] == legacy_document_id("t", file)
+    assert document_id_for("t", "x.md") not in ids  # a shorter key may be another folder's file
+    assert len(ids) == len(parts) - 1 + 1
+
+
+def test_read_only_commands_never_start_the_embedding_model(knowledge: Cli, docs: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    assert knowledge("ingest", str(docs / "ops")).code == 0  # (the arm off: nothing started here either)
+    monkeypatch.setenv("KNOWLEDGE_SEMANTIC_ARM", "on")
+
+    async def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a read-only command started the embedder")
+
+    monkeypatch.setattr(Embedder, "run", started)
+    doc = knowledge("--json", "docs", "list").json()[0]["document_id"]
+    for args in (("docs", "list"), ("docs", "show", doc), ("docs", "versions", doc), ("tenants",)):
+        result = knowledge(*args)
+        assert result.code == 0, (args, result.err)
+    stats = knowledge("--json", "stats")
+    assert stats.code == 0, stats.err
+    backlog = stats.json()["embedding_backlog"]  # read from the queue, without the model
+    assert backlog["model_version"].startswith("minilm") and backlog["windows_per_second"] == 0
