@@ -175,3 +175,26 @@ def test_read_only_commands_never_start_the_embedding_model(knowledge: Cli, docs
     assert stats.code == 0, stats.err
     backlog = stats.json()["embedding_backlog"]  # read from the queue, without the model
     assert backlog["model_version"].startswith("minilm") and backlog["windows_per_second"] == 0
+
+
+def test_unreadable_entries_are_listed_among_the_outcomes(knowledge: Cli, docs: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (docs / "gone.md").symlink_to(docs / "nowhere.md")  # a dangling link: the file cannot be read
+    (docs / "locked").mkdir()
+    (docs / "locked" / "secret-plan.md").write_text("# Plan\n\nNever read.\n")
+    scandir = os.scandir
+
+    def refusing(path: Any = ".") -> Any:  # (as root, permissions cannot make a folder unreadable)
+        if Path(path) == docs / "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    result = knowledge("--json", "ingest", str(docs))
+    assert result.code == 1
+    files = {Path(f["path"]).name: f for f in result.json()["files"]}
+    assert (files["gone.md"]["reason"], files["locked"]["reason"]) == ("unreadable", "unreadable")
+    assert "Permission denied" in files["locked"]["message"] and "secret-plan.md" not in files
+    assert result.json()["outcomes"] == {"ingested": 2, "unreadable": 2, "unsupported_media_type": 1}
+    human = knowledge("ingest", str(docs))
+    assert "locked" in human.out and "folder not read: Permission denied" in " ".join(human.out.split())

@@ -20,6 +20,7 @@ import contextlib
 import fnmatch
 import hashlib
 import mimetypes
+import os
 import shutil
 import stat
 import sys
@@ -154,11 +155,40 @@ def _stdin_file(name: str, limit: int) -> Path:
 class Found(NamedTuple):
     """A file to ingest: where it is, its default title (its path inside the folder given, or its
     name), and its identity key (that path with the folder's own name in front; a file given
-    alone: its folder's name and its own)."""
+    alone: its folder's name and its own); ``error``: a folder that could not be read (listed
+    among the outcomes as ``unreadable``, never silently skipped)."""
 
     file: Path
     title: str
     key: str
+    error: str | None = None
+
+
+def _matches(rel: str, name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in patterns)
+
+
+def _walk(folder: Path, include: Sequence[str], exclude: Sequence[str]) -> list[Found]:
+    """A folder's files (hidden ones and symbolic links to folders skipped), and its subfolders
+    that could not be read."""
+    root = folder.resolve().name
+    found: list[Found] = []
+
+    def unreadable(error: OSError) -> None:
+        where = Path(error.filename or folder)
+        rel = where.relative_to(folder).as_posix() if where != folder else "."
+        found.append(Found(where, rel, f"{root}/{rel}", error.strerror or type(error).__name__))
+
+    for top, dirs, files in os.walk(folder, onerror=unreadable):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            file = Path(top) / name
+            rel = file.relative_to(folder).as_posix()
+            if name.startswith(".") or (include and not _matches(rel, name, include)) or \
+                    _matches(rel, name, exclude):
+                continue
+            found.append(Found(file, rel, f"{root}/{rel}"))
+    return sorted(found, key=lambda f: f.file.parts)
 
 
 def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Found]:
@@ -171,17 +201,7 @@ def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[st
         if not path.exists():
             raise CliError(f"no such file or directory: {path}")
         if path.is_dir():
-            root = path.resolve().name
-            for file in sorted(path.rglob("*")):
-                rel = file.relative_to(path)
-                if file.is_dir() or any(part.startswith(".") for part in rel.parts):
-                    continue
-                if include and not any(fnmatch.fnmatch(rel.as_posix(), g) or fnmatch.fnmatch(file.name, g)
-                                       for g in include):
-                    continue
-                if any(fnmatch.fnmatch(rel.as_posix(), g) or fnmatch.fnmatch(file.name, g) for g in exclude):
-                    continue
-                found.append(Found(file, rel.as_posix(), f"{root}/{rel.as_posix()}"))
+            found += _walk(path, include, exclude)
         else:
             found.append(Found(path, path.name, f"{path.resolve().parent.name}/{path.name}"))
     seen: set[Path] = set()
@@ -233,6 +253,8 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
     file, title = found.file, found.title
     stdin_name = request.get("stdin", {}).get(file)
     out = FileOutcome(path="-" if stdin_name else str(file), outcome="refused", title=title)
+    if found.error is not None:
+        return _Upload(out.model_copy(update={"reason": "unreadable", "message": f"folder not read: {found.error}"}))
     tenant = principal.tenant_id
     try:
         data = await anyio.to_thread.run_sync(read_source, file, svc.settings.max_artifact_bytes)
