@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import typer
 
-from knowledge.cli import app, main
+from knowledge.cli import app, hoist_global_flags, main
 from knowledge.cli.help import plain_help
 from knowledge.cli.ingest_cmd import Found, document_id_for, identity_candidates, legacy_document_id
 from supervisors.embedder import Embedder
@@ -198,3 +198,16 @@ def test_unreadable_entries_are_listed_among_the_outcomes(knowledge: Cli, docs: 
     assert result.json()["outcomes"] == {"ingested": 2, "unreadable": 2, "unsupported_media_type": 1}
     human = knowledge("ingest", str(docs))
     assert "locked" in human.out and "folder not read: Permission denied" in " ".join(human.out.split())
+
+
+def test_global_options_after_the_command_are_moved_before_it(knowledge: Cli, docs: Path, tenant: str) -> None:
+    assert hoist_global_flags(["docs", "list", "--tenant", "x", "--json"]) == [
+        "--tenant", "x", "--json", "docs", "list"]
+    assert hoist_global_flags(["--tenant", "a", "search", "q", "--tenant=b"]) == [
+        "--tenant", "a", "--tenant=b", "search", "q"]  # the last one wins, as click takes it
+    assert hoist_global_flags(["db", "psql", "--tenant", "x"]) == ["db", "psql", "--tenant", "x"]
+    assert hoist_global_flags(["ingest", "--", "--tenant", "x"]) == ["ingest", "--", "--tenant", "x"]
+    other = f"{tenant}-b"
+    assert knowledge("ingest", str(docs / "ops"), tenant_id=other).code == 0
+    listed = knowledge("docs", "list", "--json", "--tenant", other)  # (the fixture's --tenant comes first)
+    assert listed.code == 0 and [d["title"] for d in listed.json()] == ["runbook.md"]

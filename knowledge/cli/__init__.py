@@ -64,22 +64,48 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-#: Global flags a command's arguments may carry too (moved before the command); `db psql` passes
-#: everything after it to psql.
+#: Global options a command's arguments may carry too (moved before the command): flags, and
+#: options with a value (``--tenant T`` or ``--tenant=T``). `db psql` passes everything after it to psql.
 _HOISTED = ("--json", "--jsonl")
+_HOISTED_VALUED = ("--tenant", "--principal", "--dsn", "--data-dir", "--loop")
+
+
+def _command_index(args: list[str]) -> int | None:
+    """Where the command word is among ``args`` (global options and their values skipped)."""
+    i = 0
+    while i < len(args):
+        if args[i] in _HOISTED_VALUED:
+            i += 2
+        elif args[i].startswith("-"):
+            i += 1
+        else:
+            return i
+    return None
 
 
 def hoist_global_flags(args: list[str]) -> list[str]:
-    """``knowledge search q --json`` as ``knowledge --json search q``: a global flag after the
-    command is moved before it (not after ``--``, and not into ``db psql``'s arguments)."""
+    """``knowledge search q --json --tenant t`` as ``knowledge --json --tenant t search q``: a global
+    option after the command is moved just before it (a repeated one: the last wins, as click
+    takes it), but not after ``--``, and not into ``db psql``'s arguments."""
     out: list[str] = []
     moved: list[str] = []
-    for i, arg in enumerate(args):
+    i = 0
+    while i < len(args):
+        arg = args[i]
         if arg == "--" or (arg == "psql" and i > 0 and args[i - 1] == "db"):
             out += args[i:]
             break
-        (moved if arg in _HOISTED and any(not a.startswith("-") for a in out) else out).append(arg)
-    return moved + out
+        after_command = _command_index(out) is not None
+        if after_command and arg in _HOISTED:
+            moved.append(arg)
+        elif after_command and arg.split("=", 1)[0] in _HOISTED_VALUED and ("=" in arg or i + 1 < len(args)):
+            moved += [arg] if "=" in arg else [arg, args[i + 1]]
+            i += 0 if "=" in arg else 1
+        else:
+            out.append(arg)
+        i += 1
+    at = _command_index(out)
+    return out if at is None else out[:at] + moved + out[at:]
 
 
 @app.callback()

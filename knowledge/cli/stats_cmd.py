@@ -143,5 +143,5 @@ def tenants(ctx: typer.Context) -> int:
         opts.out.emit_json(found)
         return 0
     opts.out.table(None, ["tenant", "documents"], [(t.tenant_id, t.documents) for t in found])
-    opts.out.line(f"{len(found)} tenants")
+    opts.out.line(f"{len(found)} tenant{'s' * (len(found) != 1)}")
     return 0
