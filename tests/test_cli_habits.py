@@ -88,18 +88,20 @@ def test_jsonl_streams_ingest_outcomes_search_passages_and_list_rows(knowledge: 
     assert sorted(r["title"] for r in rows) == ["notes.txt", "ops/runbook.md"]
 
 
-def run_in_pty(*args: str) -> str:
-    """The console script with its stdout on a pseudo-terminal (as a person runs it); its output."""
+def run_in_pty(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True) -> str:
+    """A command (by default the console script's arguments) with its stdout on a pseudo-terminal,
+    as a person runs it; what it printed there, then its stderr."""
+    command = list(args) if args and os.path.isabs(args[0]) else [str(SCRIPT), *args]
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([str(SCRIPT), *args], stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "COLUMNS": "120"})
+    proc = subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=cwd,
+                            env=env if env is not None else {**os.environ, "COLUMNS": "120"})
     os.close(follower)
     chunks: list[bytes] = []
     while True:
-        ready, _, _ = select.select([leader], [], [], 60)
+        ready, _, _ = select.select([leader], [], [], 120)
         if not ready:
             proc.kill()
-            raise AssertionError("no output from the pty within 60 s")
+            raise AssertionError(f"no output on the pty within 120 s: {command}")
         try:
             data = os.read(leader, 65536)
         except OSError:  # EIO: the child closed the terminal
@@ -108,8 +110,10 @@ def run_in_pty(*args: str) -> str:
             break
         chunks.append(data)
     os.close(leader)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-    return b"".join(chunks).decode().replace("\r\n", "\n")
+    code = proc.wait(timeout=120)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert code == 0 or not check, err
+    return b"".join(chunks).decode().replace("\r\n", "\n") + err
 
 
 def test_search_reads_as_passages_on_a_terminal_and_as_the_envelope_when_piped(

@@ -155,7 +155,8 @@ async def _why_nothing(svc: KnowledgeService, request: KnowledgeQuery) -> str:
     if request.budget_tokens < UNBOUNDED_TOKENS:
         found = await svc.search(request.model_copy(update={"budget_tokens": UNBOUNDED_TOKENS}))
         if found:
-            return (f"the budget of {request.budget_tokens} tokens admits none of the {len(found)} passages found "
+            passages = f"{len(found)} passage{'s' * (len(found) != 1)}"
+            return (f"the budget of {request.budget_tokens} tokens admits none of the {passages} found "
                     f"(the best needs {found[0].tokens}): raise --budget")
     return "no passage found that is relevant enough to return"
 
