@@ -92,6 +92,10 @@ class Settings(BaseModel):
     #: With the arm on, embed queued chunk sets in this process (the embedding drain). Off for a
     #: short-lived process that only searches: the drain's batches would compete with its query.
     semantic_drain: bool = True
+    #: With the arm on, load the model in this process (its embedder child). Off for a short-lived
+    #: process that only writes: ingest still queues its chunk sets for the arm's model version, and a
+    #: long-running service (a host, ``knowledge worker``) embeds them; search here is lexical.
+    semantic_model: bool = True
     #: Word pieces per embedded window of a passage (0: the whole passage, cut by the model at 256).
     semantic_window: int = Field(default=128, ge=0, le=256)
     #: Threads the embedder child's encoder uses, waiting passively (OMP_WAIT_POLICY=PASSIVE): on

@@ -220,15 +220,19 @@ class KnowledgeService:
         """Start the embedder (an actor of this service's task group that owns its child) and the
         embedding drain (the queue's consumer), make sure the model version's HNSW index exists,
         and add the arm beside the lexical one. Ingest queues its chunk sets and commits without
-        waiting for vectors (`knowledge.semantic.queue`). With ``semantic_backfill``, chunk sets
+        waiting for vectors (`knowledge.semantic.queue`). Without ``semantic_model``, only that:
+        ingest queues, no model is loaded, search is lexical. With ``semantic_backfill``, chunk sets
         that have no vectors under this version (ingested with the arm off, or under another model
         version) are queued at start, in the background."""
         window = self.settings.semantic_window
         version = model_version(window)
         await ensure_index(self.db, version, DIM)
+        self.semantic_version = version
+        if not self.settings.semantic_model:  # queue for the arm; another process embeds
+            self.ingestor.embed_version = version
+            return
         self.embedder = Embedder(window=window, threads=self.settings.embedder_threads)
         await self._task_group.start(self.embedder.run)
-        self.semantic_version = version
         self.drain = EmbeddingDrain(self.db, self.embedder, version)
         if self.settings.semantic_drain:
             await self._task_group.start(self.drain.run)

@@ -162,15 +162,19 @@ def test_identity_candidates_most_specific_first_never_shorter_keys(tmp_path: Pa
     assert len(ids) == len(parts) - 1 + 1
 
 
-def test_read_only_commands_never_start_the_embedding_model(knowledge: Cli, docs: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    assert knowledge("ingest", str(docs / "ops")).code == 0  # (the arm off: nothing started here either)
+def test_read_only_commands_and_ingest_never_start_the_embedding_model(knowledge: Cli, docs: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KNOWLEDGE_SEMANTIC_ARM", "on")
 
     async def started(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a read-only command started the embedder")
+        raise AssertionError("a command that does not embed started the embedder")
 
     monkeypatch.setattr(Embedder, "run", started)
+    ingested = knowledge("--json", "ingest", str(docs / "ops"))  # queued for the arm, not embedded here
+    assert ingested.code == 0, ingested.err
+    assert ingested.json()["embedding_backlog"]["chunks"] == ingested.json()["files"][0]["chunks"] >= 1
+    human = knowledge("ingest", str(docs / "notes.txt"))
+    assert "knowledge worker" in human.out and "--wait-embedded" in human.out
     doc = knowledge("--json", "docs", "list").json()[0]["document_id"]
     for args in (("docs", "list"), ("docs", "show", doc), ("docs", "versions", doc), ("tenants",)):
         result = knowledge(*args)

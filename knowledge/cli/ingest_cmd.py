@@ -437,6 +437,9 @@ def ingest(
         _report(opts, results, counts, elapsed)
         if backlog is not None:
             opts.out.line(backlog.describe())
+            if backlog.chunks and not wait_embedded:
+                opts.out.line("they are added by a service running the semantic arm (a host, or: knowledge worker); "
+                              "--wait-embedded SECONDS waits for them here")
     if cut is not None:
         landed = sum(r.outcome in OK_OUTCOMES for r in results)
         raise CliError(f"database unavailable: {' '.join(cut.error.message.split())[:300]} — {landed} of "
@@ -476,7 +479,10 @@ async def _ingest_all(opts: Options, principal: Principal, files: list[Found],
 async def _ingest_run(opts: Options, principal: Principal, files: list[Found], request: dict[str, Any],
                       wait_embedded: float | None, run: _Run) -> tuple[list[FileOutcome], Backlog | None]:
     backlog = None
-    async with open_service(opts) as svc:
+    # The model is loaded only to wait for the vectors: else the chunk sets are queued for the arm
+    # and a long-running service (a host, `knowledge worker`) embeds them.
+    async with open_service(opts, **({} if wait_embedded else {"semantic_model": False, "semantic_backfill": False})
+                            ) as svc:
         progress = _progress(opts)
         with progress:
             task = progress.add_task("reading", total=len(files))
@@ -522,10 +528,10 @@ async def _ingest_run(opts: Options, principal: Principal, files: list[Found], r
             if lost:
                 raise lost[0]
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
-        if svc.drain is not None:
-            if wait_embedded:
-                await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
-            backlog = await svc.embedding_backlog(principal.tenant_id)
+        if svc.drain is not None and wait_embedded:
+            await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
+        if svc.semantic_version is not None:
+            backlog = await svc.queued_for(svc.semantic_version, principal.tenant_id)
     return [u.out for u in run.uploads], backlog
 
 
