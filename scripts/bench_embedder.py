@@ -1,4 +1,5 @@
-"""Passages per second through the embedder child: issue 11's settings beside today's (issue 18).
+"""Passages per second through the embedder child, and its start: the encoder backends and thread
+settings side by side (issues 11, 18 and 20).
 
     .venv/bin/python scripts/bench_embedder.py [--passages 300] [--loop trio|asyncio]
 
@@ -7,14 +8,14 @@ the real embedder (`supervisors.embedder.Embedder`: the child process, framed JS
 requests as the service sends them, with the other core idle and then busy (a spinning process of
 this script's, as the host's event loop and PostgreSQL keep it busy in a service):
 
-- issue 11's: 2 encoder threads that spin while waiting (OMP_WAIT_POLICY=ACTIVE, OpenMP's default
-  here), 16 passages per request;
-- 1 thread, requests of ~16 estimated windows;
-- today's: 2 threads that wait passively (the child's default), ~16 windows per request.
+- issue 11's: sentence-transformers (torch), 2 encoder threads that spin while waiting
+  (OMP_WAIT_POLICY=ACTIVE, OpenMP's default here), 16 passages per request — the baseline;
+- issue 18's: torch, 2 threads that wait passively, ~16 estimated windows per request;
+- today's: the install-time ONNX export under onnxruntime (`knowledge.semantic.onnx_model`), 2
+  threads that do not spin, ~16 windows per request; and the same with 1 thread.
 
-The windows are today's for every row (issue 18 also halved the windows per passage:
-`scripts/survey_embedding_cost.py`; the two gains multiply). Prints passages/s, windows/s and the
-ratio to issue 11's settings on the idle machine; the vectors agree across rows (largest cosine
+Prints, per row, the child's start (spawn to ready: loading the model), passages/s, windows/s and
+the ratio to the baseline on the idle machine; the vectors agree across rows (largest cosine
 distance printed). Asserts nothing about time.
 """
 
@@ -49,15 +50,19 @@ def sample(n: int, seed: int = 7) -> list[Passage]:
     return random.Random(seed).sample(passages, min(n, len(passages)))
 
 
-async def through_child(passages: Sequence[Passage], threads: int, by_windows: bool, wait_policy: str
-                        ) -> tuple[float, list[str]]:
+async def through_child(passages: Sequence[Passage], threads: int, by_windows: bool, wait_policy: str,
+                        encoder: str) -> tuple[float, float, list[str]]:
+    """The start (spawn to ready) and the seconds to embed every passage, and the vectors."""
     embedder = Embedder(window=128, threads=threads)
-    before = os.environ.get("OMP_WAIT_POLICY")
+    before = {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "KNOWLEDGE_ENCODER")}
     os.environ["OMP_WAIT_POLICY"] = wait_policy  # the child inherits it (it only sets a default)
+    os.environ["KNOWLEDGE_ENCODER"] = encoder
     try:
         async with anyio.create_task_group() as tg:
+            spawned = time.perf_counter()
             await tg.start(embedder.run)
             await embedder.wait_ready()
+            start = time.perf_counter() - spawned
             await embedder.embed_passages([passages[0][:2]])  # warm
             if by_windows:
                 ranges = batches([estimated_windows(t) for _, _, t in passages], BATCH_WINDOWS)
@@ -71,37 +76,39 @@ async def through_child(passages: Sequence[Passage], threads: int, by_windows: b
             seconds = time.perf_counter() - began
             tg.cancel_scope.cancel()
     finally:
-        if before is None:
-            os.environ.pop("OMP_WAIT_POLICY", None)
-        else:
-            os.environ["OMP_WAIT_POLICY"] = before
-    return seconds, vectors
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return start, seconds, vectors
 
 
-CONFIGS = (("issue 11: 2 threads spinning, 16 passages per request", 2, False, "ACTIVE"),
-           ("1 thread, ~16 windows per request", 1, True, "PASSIVE"),
-           ("today: 2 threads waiting passively, ~16 windows per request", 2, True, "PASSIVE"))
+CONFIGS = (("issue 11: torch, 2 threads spinning, 16 passages/request", 2, False, "ACTIVE", "torch"),
+           ("issue 18: torch, 2 threads passive, ~16 windows/request", 2, True, "PASSIVE", "torch"),
+           ("today: onnx, 2 threads not spinning, ~16 windows/request", 2, True, "PASSIVE", "onnx"),
+           ("onnx, 1 thread, ~16 windows/request", 1, True, "PASSIVE", "onnx"))
 
 
 async def run(args: argparse.Namespace) -> list[str]:
     passages = sample(args.passages)
     out = [f"{len(passages)} passages sampled from both docs corpora; loop={args.loop}", "",
-           f"{'embedder child':<62} {'other core':>10} {'seconds':>8} {'passages/s':>10} {'windows/s':>9} "
-           f"{'ratio':>6}"]
+           f"{'embedder child':<58} {'other core':>10} {'start s':>7} {'seconds':>8} {'passages/s':>10} "
+           f"{'windows/s':>9} {'ratio':>6}"]
     base_s = 0.0
     first: list[str] = []
     worst = 0.0
     for busy in (False, True):
-        for name, threads, by_windows, policy in CONFIGS:
+        for name, threads, by_windows, policy, encoder in CONFIGS:
             async with _busy_core() if busy else _nothing():
-                seconds, vectors = await through_child(passages, threads, by_windows, policy)
+                start, seconds, vectors = await through_child(passages, threads, by_windows, policy, encoder)
             base_s = base_s or seconds
             if not first:
                 first = vectors
             else:
                 worst = max(worst, max(1 - _cos(a, b) for a, b in zip(first, vectors, strict=True)))
-            out.append(f"{name:<62} {'busy' if busy else 'idle':>10} {seconds:>8.1f} {len(passages) / seconds:>10.1f} "
-                       f"{len(vectors) / seconds:>9.1f} {base_s / seconds:>5.2f}x")
+            out.append(f"{name:<58} {'busy' if busy else 'idle':>10} {start:>7.2f} {seconds:>8.1f} "
+                       f"{len(passages) / seconds:>10.1f} {len(vectors) / seconds:>9.1f} {base_s / seconds:>5.2f}x")
     out.append(f"largest cosine distance between the runs' vectors: {worst:.2e} ({len(first)} windows)")
     return out
 
