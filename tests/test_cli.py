@@ -28,7 +28,7 @@ import anyio
 import pytest
 
 from knowledge.cli import hoist_global_flags, main
-from knowledge.cli.ingest_cmd import detect_media_type
+from knowledge.cli.files import detect_media_type
 from knowledge.cli.search_cmd import parse_as_of
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery

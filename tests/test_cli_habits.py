@@ -18,8 +18,8 @@ import pytest
 import typer
 
 from knowledge.cli import app, hoist_global_flags, main
+from knowledge.cli.files import Found, document_id_for, identity_candidates, legacy_document_id
 from knowledge.cli.help import plain_help
-from knowledge.cli.ingest_cmd import Found, document_id_for, identity_candidates, legacy_document_id
 from supervisors.embedder import Embedder
 from tests.test_cli import RUNBOOK, Cli, cli_runner
 
