@@ -5,11 +5,14 @@ imports) loads: a signal while the interpreter imports or parses the arguments e
 with one line and 130 / 143, never a traceback or a bare ``-15``. While a command runs its event
 loop, `knowledge.cli.interrupt` receives the signals instead and turns them into cancellation; a
 signal in the instant the loop starts or ends, without its receiver in place, is kept (`defer`)
-and acted on as soon as it can be.
+and acted on as soon as it can be. Once the command has ended and printed its line, a signal
+(during the interpreter's shutdown) exits at once without another word.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
 import sys
 from types import FrameType
@@ -65,6 +68,15 @@ def pop_pending() -> int | None:
     return pending
 
 
+def _after(signum: int, _frame: FrameType | None) -> None:
+    """A signal once the command has ended and said so (the interpreter is shutting down: waiting
+    for threads, running the exit handlers): out at once, silently — its one line is written."""
+    try:
+        atexit._run_exitfuncs()  # (they stop an embedded server this process started)
+    finally:
+        os._exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     install()
     try:
@@ -74,3 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as exc:  # while importing, or between the command's own handling
         sys.stderr.write(f"knowledge: {exc.message}\n")
         return exc.exit_code
+    finally:
+        sys.stderr.flush()
+        for signum in SIGNALS:
+            signal.signal(signum, _after)

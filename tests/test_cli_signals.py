@@ -86,3 +86,20 @@ def test_an_interrupted_command_stops_the_embedded_server_it_started(tmp_path: P
             process.wait()
     assert process.returncode == 130 and err.strip() == "knowledge: interrupted", (process.returncode, err)
     assert embedded_status(data_dir) is None  # stopped, not left running
+
+
+def test_a_signal_after_the_command_has_ended_exits_at_once_without_another_line() -> None:
+    """The window where a second SIGINT used to print "Exception ignored … Interrupted" (the
+    interpreter waiting for threads at shutdown): once `console.main` has returned, a signal exits
+    with 128 + n, after the exit handlers, and says nothing more."""
+    code = ("import atexit, os, signal, sys, time\n"
+            "from knowledge import console\n"
+            "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
+            "code = console.main(['--version'])\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "time.sleep(30)\n"
+            "sys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 130
+    assert done.stdout.splitlines()[0].startswith("knowledge ") and "exit handlers ran" in done.stdout
+    assert done.stderr == ""

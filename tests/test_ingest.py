@@ -17,6 +17,7 @@ from knowledge.ingest import IngestRefused, prepare
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
+from tests.conftest import corpus_missing
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SECRETS = CORPUS / "secrets" / "dev.jsonl.gz"
@@ -144,7 +145,7 @@ def _embed(snippet: str) -> str:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(not SECRETS.exists(), reason="shared corpus not present")
+@pytest.mark.skipif(corpus_missing(SECRETS), reason="shared corpus not present")
 async def test_gate_no_secrets_ingested(service: KnowledgeService, tenant: str) -> None:
     records = _secret_records()
     assert sum(r["label"] == "secret" for r in records) == 50
@@ -302,7 +303,7 @@ async def test_closing_the_service_cancels_an_in_flight_ingest(settings: Any, te
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(not CORPUS.exists(), reason="shared corpus not present")
+@pytest.mark.skipif(corpus_missing(CORPUS), reason="shared corpus not present")
 async def test_ingest_both_doc_corpora(service: KnowledgeService, tenant: str) -> None:
     """Every Markdown file of docs-argocd and docs-etcd ingests, or is refused for a credential
     the scanner can name; prints the chunk-size distribution."""

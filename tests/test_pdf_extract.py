@@ -30,10 +30,11 @@ from knowledge.normalize import normalize
 from parsers import pdf_extract
 from parsers.child import OPEN_FILES
 from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+from tests.conftest import corpus_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 PDFS = ROOT.parent / "shared" / "corpus" / "pdf"
-needs_corpus = pytest.mark.skipif(not (PDFS / "MANIFEST.tsv").exists(), reason="shared corpus not present")
+needs_corpus = pytest.mark.skipif(corpus_missing(PDFS / "MANIFEST.tsv"), reason="shared corpus not present")
 MD = MarkdownIt("commonmark").enable_many(["table", "front_matter"])  # the chunker's parser and options
 DERIVED_HEADING = re.compile(r"^(#{1,6}) (.+)$", re.MULTILINE)
 

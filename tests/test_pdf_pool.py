@@ -17,9 +17,10 @@ from knowledge.service import KnowledgeService
 from parsers.base import ExtractionRefused
 from parsers.pdf import PdfExtractor
 from supervisors.parser_pool import ParserPool
+from tests.conftest import corpus_missing
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
-needs_corpus = pytest.mark.skipif(not (PDFS / "MANIFEST.tsv").exists(), reason="shared corpus not present")
+needs_corpus = pytest.mark.skipif(corpus_missing(PDFS / "MANIFEST.tsv"), reason="shared corpus not present")
 
 
 def manifest() -> list[dict[str, str]]:

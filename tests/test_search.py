@@ -27,6 +27,7 @@ from knowledge.render import parse_knowledge_block, render_knowledge_block
 from knowledge.search import LexicalArm
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
+from tests.conftest import corpus_missing
 
 TENANTS = ["ta", "tb", "tc"]
 PRINCIPALS = ["alice", "bob", "carol"]
@@ -311,11 +312,13 @@ async def default_service(database_dsn: str) -> AsyncIterator[KnowledgeService]:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(not QA.exists(), reason="shared corpus not present")
+@pytest.mark.skipif(corpus_missing(QA), reason="shared corpus not present")
+@pytest.mark.parametrize("anyio_backend", [("trio", {})], ids=["trio"])
 async def test_gate_corpus_retrieval(default_service: KnowledgeService) -> None:
     """docs-dev through the real ingest and search paths at the shipped defaults: a floor on passage
     recall@3, a ceiling on the noise ratio, and the relevance floor — unanswerable questions come
-    back empty, answerable ones do not."""
+    back empty, answerable ones do not. Under one loop: ranking does not depend on it (every other
+    search test runs under both), and embedding both corpora is the suite's longest wait."""
     service, tenant = default_service, CORPUS_TENANT
     corpus = QA.parent.parent
     for path in sorted(corpus.glob("docs-*/**/*.md")):

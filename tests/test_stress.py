@@ -13,9 +13,10 @@ import pytest
 
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.stress import CORPUS, StressOptions, kill_host, run_stress
+from tests.conftest import corpus_missing
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow,
-              pytest.mark.skipif(not (CORPUS / "docs-etcd").exists(), reason="shared corpus not present")]
+              pytest.mark.skipif(corpus_missing(CORPUS / "docs-etcd"), reason="shared corpus not present")]
 
 
 async def test_stress_with_faults_keeps_every_invariant(anyio_backend_name: str) -> None:
