@@ -56,6 +56,7 @@ def test_sigint_and_sigterm_at_random_moments_of_an_ingest_under_both_loops(admi
     anyio.run(both)
     everything = results["trio"] + results["asyncio"]
     report = "\n".join(table(everything))
+    print(report)
     assert not [r for r in everything if r.problems], report
     # The moments did land mid-command, not only before or after it.
     for loop in ("trio", "asyncio"):
