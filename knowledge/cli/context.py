@@ -13,8 +13,10 @@ Exit codes (the same for every command):
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -119,3 +121,26 @@ async def require_tenant(svc: KnowledgeService, tenant: str) -> None:
     if not await svc.tenant_known(tenant):
         raise CliError(f"unknown tenant {tenant!r}: nothing was ever ingested there (knowledge tenants lists the "
                        "tenants)", EXIT_REFUSED)
+
+
+_MINUTE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def parse_instant(value: str, option: str, *, end: bool) -> datetime:
+    """An instant as an option takes it: an ISO 8601 instant (``Z`` or an offset; without one,
+    UTC — the time the tables print), or a date (``2026-12-02``) or minute (``2026-12-02 20:13``, as
+    the tables print it) meaning its start, or with ``end`` its end (``--as-of``: the corpus as it
+    stood then; ``--since``: from then)."""
+    text = value.strip().removesuffix(" UTC")
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time.max if end else time.min, UTC)
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"{option} must be a date or an ISO 8601 datetime (e.g. 2026-12-02 or 2026-12-02T20:13Z), "
+                       f"not {value!r}") from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        when = when.replace(tzinfo=UTC)
+    if end and _MINUTE.match(text):
+        when = when.replace(second=59, microsecond=999999)
+    return when

@@ -9,43 +9,31 @@ from __future__ import annotations
 import re
 import sys
 import uuid
-from datetime import UTC, date, datetime, time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
-from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, require_tenant
+from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import human_bytes, safe
 from knowledge.normalize import NORMALIZER_VERSION
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from knowledge.catalog import Citation, DocumentDetail, DocumentSummary, VersionInfo
     from knowledge.lifecycle import DeletedChunk
+    from knowledge.service import KnowledgeService
 
 docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
 chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
 
 
-def parse_since(value: str) -> datetime:
-    """``--since``: a date or a minute means its start; an instant, itself (UTC unless it says)."""
-    text = value.strip().removesuffix(" UTC")
-    try:
-        if len(text) == 10:
-            return datetime.combine(date.fromisoformat(text), time.min, UTC)
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"--since must be a date or an ISO 8601 datetime, not {value!r}") from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
 _PREFIX = re.compile(r"^[0-9a-f]{4,32}$")
 
 
-def parse_document_id(value: str, opts: Options) -> uuid.UUID:
-    """A document id, or (as git takes commits) a unique prefix of one in the tenant: at least 4
-    hex digits, dashes ignored. An ambiguous or unknown prefix is refused, naming the candidates."""
+def document_ref(value: str) -> uuid.UUID | str:
+    """A document id, or (as git takes commits) a prefix of one: at least 4 hex digits, dashes
+    ignored — checked here, resolved in the tenant by `resolve_document` within the command."""
     try:
         return uuid.UUID(value)
     except ValueError:
@@ -53,18 +41,20 @@ def parse_document_id(value: str, opts: Options) -> uuid.UUID:
     prefix = value.strip().lower().replace("-", "")
     if not _PREFIX.match(prefix):
         raise CliError(f"not a document id (a UUID, or a unique prefix of at least 4 hex digits): {value!r}")
+    return prefix
 
-    async def lookup() -> list[uuid.UUID]:
-        async with open_service(opts, semantic_arm=False) as svc:
-            return await svc.document_ids_starting(opts.tenant, prefix)
 
-    found = opts.run(lookup)
+async def resolve_document(svc: KnowledgeService, tenant: str, ref: uuid.UUID | str) -> uuid.UUID:
+    """The document a `document_ref` names: an ambiguous or unknown prefix is refused, naming the
+    candidates."""
+    if isinstance(ref, uuid.UUID):
+        return ref
+    found = await svc.document_ids_starting(tenant, ref)
     if len(found) == 1:
         return found[0]
     if not found:
-        raise CliError(f"document_not_found: no document id in tenant {opts.tenant} starts with {value!r}",
-                       EXIT_REFUSED)
-    raise CliError(f"{value!r} is ambiguous: {', '.join(str(d) for d in found[:5])}"
+        raise CliError(f"document_not_found: no document id in tenant {tenant} starts with {ref!r}", EXIT_REFUSED)
+    raise CliError(f"{ref!r} is ambiguous: {', '.join(str(d) for d in found[:5])}"
                    f"{' …' if len(found) > 5 else ''}; give more digits")
 
 
@@ -88,7 +78,7 @@ def list_documents(
 ) -> int:
     """The tenant's live documents, newest first."""
     opts = options(ctx)
-    after = parse_since(since) if since is not None else None
+    after = parse_instant(since, "--since", end=False) if since is not None else None
 
     async def run() -> list[DocumentSummary]:
         async with open_service(opts, semantic_arm=False) as svc:
@@ -126,13 +116,14 @@ def _show_document(opts: Options, detail: DocumentDetail) -> None:
 def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar="ID")]) -> int:
     """A document's live version, its source, and its chunks (without their text)."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id, opts)
+    ref = document_ref(document_id)
 
-    async def run() -> DocumentDetail | None:
+    async def run() -> tuple[uuid.UUID, DocumentDetail | None]:
         async with open_service(opts, semantic_arm=False) as svc:
-            return await svc.document(doc_id, tenant_id=opts.tenant)
+            doc_id = await resolve_document(svc, opts.tenant, ref)
+            return doc_id, await svc.document(doc_id, tenant_id=opts.tenant)
 
-    detail = opts.run(run)
+    doc_id, detail = opts.run(run)
     if detail is None:
         raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}", EXIT_REFUSED)
     if opts.out.json:
@@ -146,13 +137,14 @@ def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar=
 def versions(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar="ID")]) -> int:
     """Every version of a document still held (superseded ones stay readable with search --as-of)."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id, opts)
+    ref = document_ref(document_id)
 
-    async def run() -> list[VersionInfo]:
+    async def run() -> tuple[uuid.UUID, list[VersionInfo]]:
         async with open_service(opts, semantic_arm=False) as svc:
-            return await svc.document_versions(doc_id, tenant_id=opts.tenant)
+            doc_id = await resolve_document(svc, opts.tenant, ref)
+            return doc_id, await svc.document_versions(doc_id, tenant_id=opts.tenant)
 
-    held = opts.run(run)
+    doc_id, held = opts.run(run)
     if not held:
         raise CliError(f"document_not_found: no document {doc_id} in tenant {opts.tenant}", EXIT_REFUSED)
     if opts.out.json:
@@ -177,20 +169,27 @@ def delete(
     """Delete every version of a document, its chunks, index rows and postings, and its source bytes.
     Citations of it then resolve to "deleted"."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id, opts)
+    ref = document_ref(document_id)
     if not yes:
         if not sys.stdin.isatty():
             raise CliError("refusing to delete without --yes (standard input is not a terminal)")
-        if not typer.confirm(f"Delete document {doc_id} and every version of it?"):
+
+        async def named() -> uuid.UUID:  # the whole id in the question
+            async with open_service(opts, semantic_arm=False) as svc:
+                return await resolve_document(svc, opts.tenant, ref)
+
+        ref = opts.run(named)
+        if not typer.confirm(f"Delete document {ref} and every version of it?"):
             raise CliError("not deleted", EXIT_REFUSED)
     principal = opts.principal()
 
-    async def run() -> tuple[int, int]:
+    async def run() -> tuple[uuid.UUID, int, int]:
         async with open_service(opts, semantic_arm=False) as svc:
+            doc_id = await resolve_document(svc, opts.tenant, ref)
             chunks = await svc.delete(doc_id, principal)
-            return chunks, await svc.artifacts.sweep()
+            return doc_id, chunks, await svc.artifacts.sweep()
 
-    chunks, swept = opts.run(run)
+    doc_id, chunks, swept = opts.run(run)
     if opts.out.json:
         opts.out.emit_json({"document_id": doc_id, "deleted": True, "chunks": chunks, "artifacts_swept": swept})
     else:
@@ -223,11 +222,13 @@ def rechunk(
     """Re-chunk a document's live version from its stored source under another chunker version. The old
     chunk set's citations keep resolving; live search reads the new one."""
     opts = options(ctx)
-    doc_id = parse_document_id(document_id, opts)
+    ref = document_ref(document_id)
     principal = opts.principal()
 
-    async def run() -> tuple[int, str]:
-        async with open_service(opts) as svc:
+    async def run() -> tuple[uuid.UUID, int, str]:
+        # The new chunk set is queued for the semantic arm; this process loads no model.
+        async with open_service(opts, semantic_model=False, semantic_backfill=False) as svc:
+            doc_id = await resolve_document(svc, opts.tenant, ref)
             live = await svc.document(doc_id, tenant_id=opts.tenant)
             if live is None:
                 raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
@@ -239,9 +240,9 @@ def rechunk(
                 choice = MarkdownChunker()
             else:
                 choice = PlainTextChunker()
-            return await svc.rechunk(doc_id, choice, principal), choice.version
+            return doc_id, await svc.rechunk(doc_id, choice, principal), choice.version
 
-    count, version = opts.run(run)
+    doc_id, count, version = opts.run(run)
     if opts.out.json:
         opts.out.emit_json({"document_id": doc_id, "chunker_version": version, "chunks": count})
     else:

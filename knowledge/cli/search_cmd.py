@@ -5,10 +5,9 @@ agent's rendered ``<knowledge>`` block when piped or with ``--format envelope``;
 
 from __future__ import annotations
 
-import re
 import sys
 import textwrap
-from datetime import UTC, date, datetime, time
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,33 +15,17 @@ import anyio
 import typer
 from rich.text import Text
 
-from knowledge.cli.context import CliError, open_service, options, require_tenant
+from knowledge.cli.context import CliError, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import Output, safe
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from knowledge.service import KnowledgeService
 
-_MINUTE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(Z|[+-]\d{2}:?\d{2})?$")
-
-
 def parse_as_of(value: str) -> datetime:
-    """``--as-of``: an ISO 8601 instant (``Z`` or an offset; without one, UTC — the time the tables
-    print); a minute (``2026-12-02 20:13``, as ``docs versions`` prints it) means the end of that
-    minute, a date (``2026-12-02``) the end of that day: the corpus as it stood then."""
-    text = value.strip().removesuffix(" UTC")
-    try:
-        if len(text) == 10:
-            return datetime.combine(date.fromisoformat(text), time.max, UTC)
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"--as-of must be a date or an ISO 8601 datetime (e.g. 2026-12-02 or 2026-12-02T20:13Z), "
-                       f"not {value!r}") from None
-    if when.tzinfo is None or when.utcoffset() is None:
-        when = when.replace(tzinfo=UTC)
-    if _MINUTE.match(text):
-        when = when.replace(second=59, microsecond=999999)
-    return when
+    """``--as-of``: an ISO 8601 instant (UTC unless it says), or a date or minute meaning its end:
+    the corpus as it stood then (`parse_instant`)."""
+    return parse_instant(value, "--as-of", end=True)
 
 
 class Format(StrEnum):
