@@ -288,7 +288,10 @@ class KnowledgeService:
 
     async def embedding_backlog(self, tenant_id: str | None = None) -> Backlog:
         """What waits for the semantic arm (of one tenant, or all): chunk sets and chunks, the
-        oldest wait, this process's drain rate. Requires the semantic arm."""
+        oldest wait, this process's drain rate (0 where this process queues for the arm without
+        loading the model: ``semantic_model=False``). Requires the semantic arm."""
+        if self.drain is None and self.semantic_version is not None:
+            return await self.queued_for(self.semantic_version, tenant_id)
         drain, _ = self._semantic()
         return await retry_transient("embedding_backlog", functools.partial(drain.backlog, tenant_id))
 

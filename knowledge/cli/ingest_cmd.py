@@ -374,7 +374,7 @@ async def _ingest_run(opts: Options, principal: Principal, files: list[Found], r
         if svc.drain is not None and wait_embedded:
             await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
         if svc.semantic_version is not None:
-            backlog = await svc.queued_for(svc.semantic_version, principal.tenant_id)
+            backlog = await svc.embedding_backlog(principal.tenant_id)
     return [u.out for u in run.uploads], backlog
 
 
