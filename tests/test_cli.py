@@ -357,6 +357,7 @@ def test_docs_list_show_versions_rechunk(knowledge: Cli, corpus: Path) -> None:
     human = knowledge("docs", "list")
     assert human.code == 0 and "runbook.md" in human.out and doc_id in human.out and "2 documents" in human.out
     assert [d["title"] for d in knowledge("--json", "docs", "list", "--title", "RUNBOOK").json()] == ["runbook.md"]
+    assert "1 document in tenant" in knowledge("docs", "list", "--title", "RUNBOOK").out
     by_prefix = knowledge("--json", "docs", "show", doc_id[:8])  # a unique prefix, as git takes commits
     assert by_prefix.code == 0 and by_prefix.json()["document"]["document_id"] == doc_id
     unknown = knowledge("docs", "versions", "ffffffff" if not doc_id.startswith("ffff") else "00000000")

@@ -92,7 +92,7 @@ def list_documents(
         return 0
     rows = [(d.document_id, d.version, d.title, d.chunks, f"{d.ingested_at:%Y-%m-%d}") for d in docs]
     opts.out.table(None, ["document", "v", "title", "chunks", "ingested"], rows, wrap=["title"])
-    opts.out.line(f"{len(rows)} documents in tenant {safe(opts.tenant)}")
+    opts.out.line(f"{len(rows)} document{'s' * (len(rows) != 1)} in tenant {safe(opts.tenant)}")
     return 0
 
 
