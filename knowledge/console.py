@@ -1,20 +1,22 @@
 """The console script ``knowledge``: SIGINT and SIGTERM handled from its first line.
 
 This module imports nothing heavy, so the handlers are in place before the CLI (and everything it
-imports) loads: a signal while the interpreter imports or parses the arguments ends the command
-with one line and 130 / 143, never a traceback or a bare ``-15``. While a command runs its event
-loop, `knowledge.cli.interrupt` receives the signals instead and turns them into cancellation; a
-signal in the instant the loop starts or ends, without its receiver in place, is kept (`defer`)
-and acted on as soon as it can be. Once the command has ended and printed its line, a signal
-(during the interpreter's shutdown) exits at once without another word.
+imports) loads. Outside an event loop a signal is kept, not raised (raised inside a library's C
+code it could be swallowed): a command's event loop acts on a kept signal as it starts or ends
+(`knowledge.cli.interrupt`: cancellation, then one line and 130 / 143), and the console script at
+its end, when no loop ran. Blocking reads outside a loop (standard input, a prompt) run inside
+`raising`, where a signal ends them at once. Once the command has ended and printed its line, a
+signal (during the interpreter's shutdown) exits at once without another word.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -37,12 +39,16 @@ class Interrupted(BaseException):
 
 
 class _State:
-    deferring = False
+    #: Keep a signal for the command to act on at a safe point (its event loop's start or end, the
+    #: command's end), rather than raise it wherever the interpreter is: raised inside a library's
+    #: C code calling back into Python (pydantic validating a pattern), it is "ignored" and the
+    #: command goes on. Off only inside `raising` (a blocking read that must end at once).
+    deferring = True
     pending: int | None = None
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
-    if _State.deferring:  # an event loop is starting: its signal receiver will act on it
+    if _State.deferring:
         if _State.pending is None:
             _State.pending = signum
         return
@@ -50,22 +56,34 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """SIGINT and SIGTERM raise `Interrupted` (outside an event loop: nothing is open to clean up)."""
+    """SIGINT and SIGTERM kept for the command (`pop_pending`), or raised as `Interrupted` inside
+    `raising`."""
     for signum in SIGNALS:
         signal.signal(signum, _handler)
 
 
-def defer(on: bool) -> int | None:
-    """Start (``on``) or stop keeping signals for an event loop (it receives them itself once its
-    receiver is in place); returns (and forgets) the signal kept meanwhile, if any."""
-    _State.deferring = on
-    return pop_pending()
-
-
 def pop_pending() -> int | None:
-    """The signal kept since `defer` (forgotten now), if any."""
+    """The signal kept since the last look (forgotten now), if any."""
     pending, _State.pending = _State.pending, None
     return pending
+
+
+def check() -> None:
+    """`Interrupted` if a signal was kept: a safe point to stop."""
+    if (pending := pop_pending()) is not None:
+        raise Interrupted(pending)
+
+
+@contextlib.contextmanager
+def raising() -> Iterator[None]:
+    """A blocking wait outside an event loop (reading standard input, a prompt): a signal kept
+    before it, or one arriving during it, ends it at once as `Interrupted`."""
+    check()
+    _State.deferring = False
+    try:
+        yield
+    finally:
+        _State.deferring = True
 
 
 def _after(signum: int, _frame: FrameType | None) -> None:
@@ -82,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from knowledge.cli import main as run_command
 
-        return run_command(argv)
-    except Interrupted as exc:  # while importing, or between the command's own handling
+        code = run_command(argv)
+        check()  # a signal kept where no event loop ran to act on it
+    except Interrupted as exc:
         sys.stderr.write(f"knowledge: {exc.message}\n")
         return exc.exit_code
+    else:
+        return code
     finally:
         sys.stderr.flush()
         for signum in SIGNALS:

@@ -104,3 +104,30 @@ def test_a_signal_after_the_command_has_ended_exits_at_once_without_another_line
     assert done.returncode == 130
     assert done.stdout.splitlines()[0].startswith("knowledge ") and "exit handlers ran" in done.stdout
     assert done.stderr == ""
+
+
+def test_a_signal_outside_the_loop_is_kept_for_a_safe_point_and_a_blocking_read_ends_at_once() -> None:
+    """Outside an event loop a signal is kept, never raised in the middle of a library (where it can
+    be swallowed: pydantic validating a pattern printed "Exception ignored" and the command went
+    on); `check` acts on it. A read from standard input is inside `raising`: Ctrl-C ends it."""
+    code = ("import os, signal\n"
+            "from knowledge import console\n"
+            "console.install()\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "print('went on to a safe point', flush=True)\n"
+            "try:\n"
+            "    console.check()\n"
+            "except console.Interrupted as exc:\n"
+            "    print('stopped there with', exc.exit_code, flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.splitlines() == ["went on to a safe point", "stopped there with 130"], done.stderr
+    reader = subprocess.Popen([str(Path(sys.executable).parent / "knowledge"), "ingest", "-", "--name", "x.txt"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # it waits on standard input, which never ends
+        assert reader.poll() is None
+        reader.send_signal(signal.SIGINT)
+        _, err = reader.communicate(timeout=30)
+    finally:
+        reader.kill()
+    assert reader.returncode == 130 and err == "knowledge: interrupted\n"

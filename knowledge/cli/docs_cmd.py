@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from knowledge import console
 from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
 from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import human_bytes, safe
@@ -179,7 +180,9 @@ def delete(
                 return await resolve_document(svc, opts.tenant, ref)
 
         ref = opts.run(named)
-        if not typer.confirm(f"Delete document {ref} and every version of it?"):
+        with console.raising():
+            confirmed = typer.confirm(f"Delete document {ref} and every version of it?")
+        if not confirmed:
             raise CliError("not deleted", EXIT_REFUSED)
     principal = opts.principal()
 

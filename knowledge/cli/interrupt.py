@@ -16,8 +16,8 @@ signal into ordinary cancellation:
 - a second signal while that cleanup runs exits at once (`exit_now`): the connections close with
   the process, so the server rolls back whatever was in flight.
 
-Before and after the loop, `knowledge.console`'s handlers raise `Interrupted` (nothing is open
-then); in the instant the loop starts they keep the signal for the receiver instead.
+Before and after the loop, `knowledge.console`'s handlers keep the signal: the receiver acts on
+one kept before it was in place, and `run` on one kept as the loop ended.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ async def _guarded(fn: Callable[[], Awaitable[T]]) -> T:
     async def watch(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(*SIGNALS) as signals:
             task_status.started()
-            if (early := console.pop_pending()) is not None:  # came while the loop started
+            if (early := console.pop_pending()) is not None:  # kept before the loop (or its receiver) started
                 received.append(early)
                 work.cancel()
             async for signum in signals:
@@ -86,10 +86,8 @@ async def _guarded(fn: Callable[[], Awaitable[T]]) -> T:
 def run(fn: Callable[[], Awaitable[T]], backend: str) -> T:
     """Run ``fn`` on ``backend`` with SIGINT and SIGTERM turned into its cancellation (see the
     module docstring); `Interrupted` if a signal stopped it."""
-    console.defer(True)
     try:
         return anyio.run(_guarded, fn, backend=backend)
     finally:
         console.install()  # asyncio leaves SIG_DFL behind when its receiver closes
-        if (late := console.defer(False)) is not None:  # came while the loop started or ended
-            raise Interrupted(late)
+        console.check()  # a signal kept while the loop ended
