@@ -431,6 +431,7 @@ async def test_as_of_reads_the_vectors_of_the_version_valid_then(semantic: Knowl
     between = datetime.now(UTC)
     ref = await put(semantic, tenant, "# Disaster recovery\n\nCall the on-call engineer; never restore alone.\n")
     await semantic.ingest(ref, "ops.md", "tenant", writer(tenant), origin_trust=TrustLevel.USER, replaces=doc)
+    await semantic.wait_embedded(doc, tenant_id=tenant)  # version 2's vectors follow the ingest
     _, sem = arms(semantic)
     then = await sem.search(semantic.db, q(tenant, "restore from the snapshot file", as_of=between), 10)
     now = await sem.search(semantic.db, q(tenant, "restore from the snapshot file"), 10)
