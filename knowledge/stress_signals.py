@@ -33,6 +33,7 @@ from typing import TypeVar
 
 import anyio
 import psutil
+from anyio.abc import ByteReceiveStream
 
 from knowledge.audit import audit_storage
 from knowledge.store.db import Database, open_bridge
@@ -69,10 +70,12 @@ class Round:
     problems: list[str] = field(default_factory=list)
 
     complete: bool = False  # every file of the folder was ingested
+    summarized: bool = False  # stdout ends with the uninterrupted command's last line (it had ended)
 
     @property
     def finished_first(self) -> bool:
-        return self.code == 0 or (self.complete and self.code == -self.signum)
+        return self.code == 0 or (self.complete and self.summarized and not self.stderr.strip()
+                                  and self.code in (-self.signum, 128 + self.signum))
 
     def outcome(self) -> str:
         if self.problems:
@@ -98,32 +101,39 @@ def _session(pid: int) -> list[psutil.Process]:
     return alive
 
 
-async def full_run_seconds(dsn: str, folder: Path, loop: str, env: dict[str, str]) -> float:
-    """How long the uninterrupted command takes (the span the signal's moment is drawn from)."""
+async def full_run(dsn: str, folder: Path, loop: str, env: dict[str, str]) -> tuple[float, str]:
+    """How long the uninterrupted command takes (the span the signal's moment is drawn from), and
+    the last line it prints."""
     began = time.monotonic()
     done = await anyio.run_process([*script(), "--dsn", dsn, "--tenant", f"sig-full-{uuid.uuid4().hex[:8]}",
                                     "--loop", loop, "ingest", str(folder)], env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the uninterrupted ingest failed: {done.stderr.decode(errors='replace')[-400:]}")
-    return time.monotonic() - began
+    return time.monotonic() - began, _last_line(done.stdout)
+
+
+def _last_line(out: bytes) -> str:
+    lines = out.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 async def one_round(dsn: str, folder: Path, files: int, loop: str, signum: int, delay: float, twice: bool,
-                    env: dict[str, str]) -> Round:
+                    env: dict[str, str], last_line: str) -> Round:
     tenant = f"sig-{uuid.uuid4().hex[:10]}"
     result = Round(loop=loop, signum=signum, delay=delay, twice=twice)
     command = [*script(), "--dsn", dsn, "--tenant", tenant, "--loop", loop, "ingest", str(folder)]
-    process = await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    process = await anyio.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                        start_new_session=True)
-    stderr = bytearray()
+    stdout, stderr = bytearray(), bytearray()
     try:
         async with anyio.create_task_group() as tg:
-            async def read_stderr() -> None:
-                assert process.stderr is not None
-                async for part in process.stderr:
-                    stderr.extend(part)
+            async def read(stream: ByteReceiveStream | None, into: bytearray) -> None:
+                assert stream is not None
+                async for part in stream:
+                    into.extend(part)
 
-            tg.start_soon(read_stderr)
+            tg.start_soon(read, process.stdout, stdout)
+            tg.start_soon(read, process.stderr, stderr)
             await anyio.sleep(delay)
             signalled = time.monotonic()
             if process.returncode is None:
@@ -143,6 +153,7 @@ async def one_round(dsn: str, folder: Path, files: int, loop: str, signum: int, 
         await process.aclose()
     result.code = process.returncode
     result.stderr = stderr.decode(errors="replace")
+    result.summarized = bool(last_line) and _last_line(bytes(stdout)) == last_line
     result.problems += await _judge_leftovers(process.pid, dsn, tenant)
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
         result.documents = int(await db.fetchval(
@@ -156,9 +167,10 @@ async def one_round(dsn: str, folder: Path, files: int, loop: str, signum: int, 
 def _judge_exit(r: Round, complete: bool) -> list[str]:
     lines = r.stderr.strip().splitlines()
     word = "terminated" if r.signum == signal.SIGTERM else "interrupted"
-    if r.code == 0 or (r.code == -r.signum and complete and not lines):
-        # Done; or done and then killed by the signal in the interpreter's last instants (its
-        # handlers are gone by then; a shell reports 128 + the signal number all the same).
+    if r.code == 0 or (r.code in (-r.signum, 128 + r.signum) and complete and r.summarized and not lines):
+        # Done; or done and then ended by the signal after `console.main` returned (it exits with
+        # 128 + n and says nothing more: the summary is out) or in the interpreter's last instants
+        # (its handlers are gone by then; a shell reports 128 + the signal number all the same).
         return [f"exit {r.code} but stderr: {r.stderr[-300:]!r}"] if lines else []
     problems = []
     # A second signal exits at once: by `exit_now` (128 + n), or by the signal itself if it came
@@ -212,13 +224,13 @@ async def interrupt_cli(rounds: int, dsn: str, folder: Path, *, loop: str, signa
     docstring). The moments are drawn uniformly over the uninterrupted command's run."""
     env = {**os.environ, **(env or {})}
     env.pop("KNOWLEDGE_DSN", None)
-    span = await full_run_seconds(dsn, folder, loop, env)
+    span, last_line = await full_run(dsn, folder, loop, env)
     # (The interpreter's own start, before the console script's first line installs its handlers,
     # is left out: Python's default handler is in charge there.)
     files = await anyio.to_thread.run_sync(_count_files, folder)
     rng = random.Random(seed)
     return [await one_round(dsn, folder, files, loop, rng.choice(list(signals)), rng.uniform(STARTUP_SECONDS, span),
-                            rng.random() < twice_share, env)
+                            rng.random() < twice_share, env, last_line)
             for _ in range(rounds)]
 
 
