@@ -10,17 +10,27 @@ Cancellation: every function propagates it; nothing is left checked out.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from datetime import date, datetime
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from knowledge.lifecycle import DeletedChunk, deleted_chunk
 from knowledge.models import KnowledgeChunk
-from knowledge.search import get_chunk
 from knowledge.store.db import Database, Record
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+T = TypeVar("T")
+
+
+class DeletedChunk(BaseModel):
+    """What a citation of a deleted passage resolves to: its id, its document, when — no text."""
+
+    chunk_id: str
+    document_id: UUID
+    deleted_at: datetime
 
 
 class SourceInfo(BaseModel):
@@ -273,6 +283,39 @@ async def document_versions(db: Database, tenant_id: str, document_id: UUID) -> 
     ]
 
 
+_CHUNK_SQL = """
+SELECT c.chunk_id, c.document_id, c.version, c.ordinal, c.heading_path, c.text, c.tokens,
+       c.contains_instruction_like_text, c.content_sha256
+FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = $2
+"""
+
+
+async def get_chunk(db: Database, tenant_id: str, chunk_id: str) -> KnowledgeChunk | None:
+    """Resolve a citation within a tenant: the chunk, whichever version or chunk set it is in."""
+    row = await db.fetchrow(_CHUNK_SQL, tenant_id, chunk_id)
+    if row is None:
+        return None
+    return KnowledgeChunk(
+        chunk_id=row["chunk_id"], document_id=row["document_id"], version=row["version"], ordinal=row["ordinal"],
+        heading_path=list(row["heading_path"]), text=row["text"], tokens=row["tokens"],
+        contains_instruction_like_text=row["contains_instruction_like_text"], content_sha256=row["content_sha256"],
+    )
+
+
+
+async def deleted_chunk(db: Database, tenant_id: str, chunk_id: str) -> DeletedChunk | None:
+    row = await db.fetchrow(
+        "SELECT chunk_id, document_id, deleted_at FROM knowledge_deleted_chunks WHERE tenant_id = $1 AND chunk_id = $2",
+        tenant_id, chunk_id)
+    return DeletedChunk(**dict(row)) if row is not None else None
+
+
+async def resolve_chunk(db: Database, tenant_id: str, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
+    """A citation within a tenant: its chunk (live or in an old version or chunk set), a
+    `DeletedChunk` if its document was deleted, or None if it never existed there."""
+    return await get_chunk(db, tenant_id, chunk_id) or await deleted_chunk(db, tenant_id, chunk_id)
+
+
 async def resolve_citation(db: Database, tenant_id: str, chunk_id: str) -> Citation | DeletedChunk | None:
     """A chunk id within a tenant: its passage, document version and source (`Citation`); a
     `DeletedChunk` if its document was deleted; None if it never existed in this tenant."""
@@ -386,3 +429,50 @@ async def document_ids_starting(db: Database, tenant_id: str, prefix: str, limit
            WHERE tenant_id = $1 AND starts_with(replace(document_id::text, '-', ''), $2)
            ORDER BY document_id LIMIT $3""", tenant_id, prefix, limit)
     return [r["document_id"] for r in rows]
+
+
+class Catalog:
+    """The functions above bound to one database, each read retried on a transient error
+    (`knowledge.retry`): `KnowledgeService` answers its read-side calls with one, and the CLI's
+    read-only commands with one over a bare connection (`knowledge.cli.reading`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def _read(self, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        from knowledge.retry import retry_transient
+
+        return await retry_transient(name, functools.partial(fn, self.db, *args, **kwargs))
+
+    async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
+                        limit: int | None = None, title: str | None = None,
+                        since: datetime | None = None) -> list[DocumentSummary]:
+        return await self._read("documents", list_documents, tenant_id, project=project, ingested_by=ingested_by,
+                                limit=limit, title=title, since=since)
+
+    async def document(self, tenant_id: str, document_id: UUID) -> DocumentDetail | None:
+        return await self._read("document", document_detail, tenant_id, document_id)
+
+    async def document_versions(self, tenant_id: str, document_id: UUID) -> list[VersionInfo]:
+        return await self._read("document_versions", document_versions, tenant_id, document_id)
+
+    async def get_chunk(self, tenant_id: str, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
+        return await self._read("get_chunk", resolve_chunk, tenant_id, chunk_id)
+
+    async def resolve_citation(self, tenant_id: str, chunk_id: str) -> Citation | DeletedChunk | None:
+        return await self._read("resolve_citation", resolve_citation, tenant_id, chunk_id)
+
+    async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
+        return await self._read("document_ids_starting", document_ids_starting, tenant_id, prefix)
+
+    async def tenants(self) -> list[TenantSummary]:
+        return await self._read("tenants", tenants)
+
+    async def tenant_known(self, tenant_id: str) -> bool:
+        return await self._read("tenant_known", tenant_known, tenant_id)
+
+    async def corpus_size(self, tenant_id: str) -> CorpusSize:
+        return await self._read("corpus_size", corpus_size, tenant_id)
+
+    async def citation_counts(self, tenant_id: str) -> CitationCounts | None:
+        return await self._read("citation_counts", citation_counts, tenant_id)

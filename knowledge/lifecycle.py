@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -33,14 +32,6 @@ class DeleteRefused(KnowledgeError):
     """``document_not_found`` or ``not_document_owner``."""
 
     reason = "delete_refused"
-
-
-class DeletedChunk(BaseModel):
-    """What a citation of a deleted passage resolves to: its id, its document, when — no text."""
-
-    chunk_id: str
-    document_id: uuid.UUID
-    deleted_at: datetime
 
 
 _POSTINGS = """
@@ -122,13 +113,6 @@ async def _delete_once(db: Database, document_id: uuid.UUID, principal: Principa
             tenant, DELETED_EVENT, document_id, rows[-1]["version"], principal.principal_id,
             json.dumps({"versions": len(rows), "chunks": chunks}))
     return chunks
-
-
-async def deleted_chunk(db: Database, tenant_id: str, chunk_id: str) -> DeletedChunk | None:
-    row = await db.fetchrow(
-        "SELECT chunk_id, document_id, deleted_at FROM knowledge_deleted_chunks WHERE tenant_id = $1 AND chunk_id = $2",
-        tenant_id, chunk_id)
-    return DeletedChunk(**dict(row)) if row is not None else None
 
 
 # --- Owner-sent attachments (ADR-0120): a conversation's deletion takes its documents along ---------------

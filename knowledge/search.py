@@ -37,7 +37,7 @@ from anyio.abc import TaskGroup
 
 from knowledge.errors import KnowledgeError
 from knowledge.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql, lexical_evidence
-from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, RetrievedPassage
+from knowledge.models import Authority, KnowledgeQuery, RetrievedPassage
 from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
 from knowledge.relevance import BM25_B, BM25_K1, LexicalEvidence, features
 from knowledge.store.db import Database, Record
@@ -334,22 +334,3 @@ class Searcher:
                       strengths=strengths, min_strength=self.policy.min_strength,
                       min_relevance=max(self.policy.min_relevance, query.min_relevance),
                       min_relevance_more=max(self.policy.min_relevance_more, query.min_relevance))
-
-
-_CHUNK_SQL = """
-SELECT c.chunk_id, c.document_id, c.version, c.ordinal, c.heading_path, c.text, c.tokens,
-       c.contains_instruction_like_text, c.content_sha256
-FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = $2
-"""
-
-
-async def get_chunk(db: Database, tenant_id: str, chunk_id: str) -> KnowledgeChunk | None:
-    """Resolve a citation within a tenant: the chunk, whichever version or chunk set it is in."""
-    row = await db.fetchrow(_CHUNK_SQL, tenant_id, chunk_id)
-    if row is None:
-        return None
-    return KnowledgeChunk(
-        chunk_id=row["chunk_id"], document_id=row["document_id"], version=row["version"], ordinal=row["ordinal"],
-        heading_path=list(row["heading_path"]), text=row["text"], tokens=row["tokens"],
-        contains_instruction_like_text=row["contains_instruction_like_text"], content_sha256=row["content_sha256"],
-    )

@@ -36,12 +36,13 @@ from knowledge.attachments import (
     mark_attachments,
     upload_attachment,
 )
+from knowledge.catalog import DeletedChunk
 from knowledge.chunking import Chunker
 from knowledge.config import Settings
 from knowledge.errors import ConfigurationError
 from knowledge.ingest import Ingestor, IngestRequest
 from knowledge.ingest_bulk import OnDone, Outcome, ingest_many
-from knowledge.lifecycle import ConversationDeleted, DeletedChunk, delete_conversation, delete_document, deleted_chunk
+from knowledge.lifecycle import ConversationDeleted, delete_conversation, delete_document
 from knowledge.metrics import IngestStats, ingest_stats
 from knowledge.models import (
     ArtifactRef,
@@ -57,7 +58,7 @@ from knowledge.models import (
 )
 from knowledge.ranking import DEFAULT_POLICY
 from knowledge.retry import retry_transient, typed_faults
-from knowledge.search import LexicalArm, Searcher, get_chunk
+from knowledge.search import LexicalArm, Searcher
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
@@ -139,6 +140,7 @@ class KnowledgeService:
     ) -> None:
         self.settings = settings
         self.db = db
+        self.catalog = catalog.Catalog(db)  # the read-side view (operator and citations)
         self.artifacts = ArtifactStore(db, settings.max_artifact_bytes)
         self.embedded_server = server
         self._task_group = task_group
@@ -351,10 +353,7 @@ class KnowledgeService:
     async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
         """Resolve a citation (a chunk id) within a tenant: the chunk (whichever version or chunk set
         holds it), a `DeletedChunk` if its document was deleted, or None if it never existed there."""
-        async def resolve() -> KnowledgeChunk | DeletedChunk | None:
-            return await get_chunk(self.db, tenant_id, chunk_id) or await deleted_chunk(self.db, tenant_id, chunk_id)
-
-        return await retry_transient("get_chunk", resolve)
+        return await self.catalog.get_chunk(tenant_id, chunk_id)
 
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
         """Re-chunk a document's live version under another chunker version from its stored
@@ -386,45 +385,40 @@ class KnowledgeService:
                         since: datetime | None = None) -> list[catalog.DocumentSummary]:
         """The tenant's live documents, newest first (the operator's listing, not retrieval);
         filters as `catalog.list_documents`."""
-        return await retry_transient("documents", functools.partial(
-            catalog.list_documents, self.db, tenant_id, project=project, ingested_by=ingested_by, limit=limit,
-            title=title, since=since))
+        return await self.catalog.documents(tenant_id, project=project, ingested_by=ingested_by, limit=limit,
+                                            title=title, since=since)
 
     async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
         """A live document, its source and its live chunks (no text); None if absent or deleted."""
-        return await retry_transient(
-            "document", functools.partial(catalog.document_detail, self.db, tenant_id, document_id))
+        return await self.catalog.document(tenant_id, document_id)
 
     async def document_versions(self, document_id: UUID, *, tenant_id: str) -> list[catalog.VersionInfo]:
         """Every version of a document still held, oldest first, with sources and chunk sets."""
-        return await retry_transient(
-            "document_versions", functools.partial(catalog.document_versions, self.db, tenant_id, document_id))
+        return await self.catalog.document_versions(tenant_id, document_id)
 
     async def resolve_citation(self, chunk_id: str, *, tenant_id: str) -> catalog.Citation | DeletedChunk | None:
         """A chunk id resolved to its passage, document version and source; `DeletedChunk` if deleted."""
-        return await retry_transient(
-            "resolve_citation", functools.partial(catalog.resolve_citation, self.db, tenant_id, chunk_id))
+        return await self.catalog.resolve_citation(tenant_id, chunk_id)
 
     async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
         """The tenant's document ids starting with ``prefix`` (hex digits), at most six."""
-        return await retry_transient("document_ids_starting", functools.partial(
-            catalog.document_ids_starting, self.db, tenant_id, prefix))
+        return await self.catalog.document_ids_starting(tenant_id, prefix)
 
     async def tenants(self) -> list[catalog.TenantSummary]:
         """Every tenant the store knows (the operator's view: not scoped to one tenant)."""
-        return await retry_transient("tenants", functools.partial(catalog.tenants, self.db))
+        return await self.catalog.tenants()
 
     async def tenant_known(self, tenant_id: str) -> bool:
         """Whether anything was ever put or ingested in ``tenant_id``."""
-        return await retry_transient("tenant_known", functools.partial(catalog.tenant_known, self.db, tenant_id))
+        return await self.catalog.tenant_known(tenant_id)
 
     async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
-        return await retry_transient("corpus_size", functools.partial(catalog.corpus_size, self.db, tenant_id))
+        return await self.catalog.corpus_size(tenant_id)
 
     async def citation_counts(self, tenant_id: str) -> catalog.CitationCounts | None:
         """Citations counted over the recall traces still retained; None without trace tables."""
-        return await retry_transient("citation_counts", functools.partial(catalog.citation_counts, self.db, tenant_id))
+        return await self.catalog.citation_counts(tenant_id)
 
     async def turn(self, request: TurnRequest) -> TurnResult:
         """One turn's knowledge (`knowledge.turn.run_turn`): retrieve under the knowledge class's

@@ -40,8 +40,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from knowledge.budget import IN_TURN_RECALL, KNOWLEDGE, ClassAllocation, RegionAllocation
+from knowledge.catalog import DeletedChunk
 from knowledge.ingest import lock_documents
-from knowledge.lifecycle import DeletedChunk
 from knowledge.models import Authority, KnowledgeChunk, RetrievedPassage, Sensitivity
 from knowledge.render import PATH_SEPARATOR, render_knowledge_block
 from knowledge.store.db import Connection, Database, Record

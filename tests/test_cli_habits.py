@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import typer
 
-from knowledge.cli import app, hoist_global_flags, main
+from knowledge.cli import app, hoist_global_flags, interrupt, main
 from knowledge.cli.files import Found, document_id_for, identity_candidates, legacy_document_id
 from knowledge.cli.help import plain_help
+from knowledge.service import KnowledgeService
 from supervisors.embedder import Embedder
+from tests.conftest import new_database
 from tests.test_cli import RUNBOOK, Cli, cli_runner
 
 SCRIPT = Path(sys.executable).parent / "knowledge"
@@ -219,3 +221,34 @@ def test_global_options_after_the_command_are_moved_before_it(knowledge: Cli, do
     assert knowledge("ingest", str(docs / "ops"), tenant_id=other).code == 0
     listed = knowledge("docs", "list", "--json", "--tenant", other)  # (the fixture's --tenant comes first)
     assert listed.code == 0 and [d["title"] for d in listed.json()] == ["runbook.md"]
+
+
+def test_read_only_commands_read_without_the_service_and_fall_back_to_it_on_a_new_database(
+        knowledge: Cli, docs: Path, admin_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a migrated database the read-only commands open one connection, on asyncio unless --loop
+    says otherwise, and no `KnowledgeService`; on a database this version has not migrated yet
+    they fall back to the service, which migrates it (then reads go the short way)."""
+    assert knowledge("ingest", str(docs / "ops")).code == 0
+    doc = knowledge("--json", "docs", "list").json()[0]["document_id"]
+    chunk = knowledge("--json", "docs", "show", doc).json()["chunks"][0]["chunk_id"]
+    opened: list[str] = []
+    real_open = KnowledgeService.open
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        opened.append("service")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(KnowledgeService, "open", spying)
+    real_run = interrupt.run
+    loops: list[str] = []
+    monkeypatch.setattr(interrupt, "run", lambda fn, backend: loops.append(backend) or real_run(fn, backend))
+    reads = [("docs", "list"), ("docs", "show", doc[:8]), ("docs", "versions", doc), ("chunk", "show", chunk),
+             ("tenants",), ("stats",)]
+    for args in reads:
+        result = knowledge(*args)
+        assert result.code == 0, (args, result.err)
+    assert opened == [] and loops == ["asyncio"] * len(reads)
+    assert knowledge("--loop", "trio", "docs", "list").code == 0 and loops[-1] == "trio" and opened == []
+    fresh = new_database(admin_dsn, migrated=False)
+    assert knowledge("tenants", dsn=fresh).code == 0 and opened == ["service"]  # it migrated the database
+    assert knowledge("tenants", dsn=fresh).code == 0 and opened == ["service"]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from knowledge.catalog import DeletedChunk
 from knowledge.config import Settings
-from knowledge.lifecycle import DeletedChunk
 from knowledge.memory_boundary import Belief
 from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, Sensitivity
 from knowledge.service import KnowledgeService

@@ -25,6 +25,7 @@ import typer
 from knowledge.cli.output import Output
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.catalog import Catalog
     from knowledge.config import Settings
     from knowledge.models import Principal
     from knowledge.service import KnowledgeService
@@ -75,12 +76,14 @@ class Options:
 
         return Principal(tenant_id=self.tenant, principal_id=self.principal_id, scopes=frozenset({WRITE_SCOPE}))
 
-    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` on the chosen event loop (``--loop``), SIGINT and SIGTERM cancelling it
-        (`knowledge.cli.interrupt`)."""
+    def run(self, fn: Callable[[], Awaitable[T]], *, read_only: bool = False) -> T:
+        """Run ``fn`` on the chosen event loop (``--loop``; ``auto``: asyncio for a ``read_only``
+        command, which starts faster without trio and its asyncio bridge, else trio), SIGINT and
+        SIGTERM cancelling it (`knowledge.cli.interrupt`)."""
         from knowledge.cli import interrupt
 
-        return interrupt.run(fn, self.loop)
+        backend = self.loop if self.loop != "auto" else "asyncio" if read_only else "trio"
+        return interrupt.run(fn, backend)
 
 
 def options(ctx: typer.Context) -> Options:
@@ -116,9 +119,9 @@ async def open_service(opts: Options, **overrides: Any) -> AsyncIterator[Knowled
         yield svc
 
 
-async def require_tenant(svc: KnowledgeService, tenant: str) -> None:
+async def require_tenant(cat: Catalog, tenant: str) -> None:
     """A tenant nothing was ever put in is a mistake (a typo), not an empty result."""
-    if not await svc.tenant_known(tenant):
+    if not await cat.tenant_known(tenant):
         raise CliError(f"unknown tenant {tenant!r}: nothing was ever ingested there (knowledge tenants lists the "
                        "tenants)", EXIT_REFUSED)
 

@@ -18,12 +18,11 @@ from knowledge import console
 from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
 from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import human_bytes, safe
+from knowledge.cli.reading import open_reader
 from knowledge.normalize import NORMALIZER_VERSION
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
-    from knowledge.catalog import Citation, DocumentDetail, DocumentSummary, VersionInfo
-    from knowledge.lifecycle import DeletedChunk
-    from knowledge.service import KnowledgeService
+    from knowledge.catalog import Catalog, Citation, DeletedChunk, DocumentDetail, DocumentSummary, VersionInfo
 
 docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
 chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
@@ -45,12 +44,12 @@ def document_ref(value: str) -> uuid.UUID | str:
     return prefix
 
 
-async def resolve_document(svc: KnowledgeService, tenant: str, ref: uuid.UUID | str) -> uuid.UUID:
+async def resolve_document(cat: Catalog, tenant: str, ref: uuid.UUID | str) -> uuid.UUID:
     """The document a `document_ref` names: an ambiguous or unknown prefix is refused, naming the
     candidates."""
     if isinstance(ref, uuid.UUID):
         return ref
-    found = await svc.document_ids_starting(tenant, ref)
+    found = await cat.document_ids_starting(tenant, ref)
     if len(found) == 1:
         return found[0]
     if not found:
@@ -82,12 +81,12 @@ def list_documents(
     after = parse_instant(since, "--since", end=False) if since is not None else None
 
     async def run() -> list[DocumentSummary]:
-        async with open_service(opts, semantic_arm=False) as svc:
-            await require_tenant(svc, opts.tenant)
-            return await svc.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit,
+        async with open_reader(opts) as cat:
+            await require_tenant(cat, opts.tenant)
+            return await cat.documents(opts.tenant, project=project, ingested_by=ingested_by, limit=limit,
                                        title=title, since=after)
 
-    docs = opts.run(run)
+    docs = opts.run(run, read_only=True)
     if opts.out.json:
         opts.out.emit_json(docs)
         return 0
@@ -120,11 +119,11 @@ def show(ctx: typer.Context, document_id: Annotated[str, typer.Argument(metavar=
     ref = document_ref(document_id)
 
     async def run() -> tuple[uuid.UUID, DocumentDetail | None]:
-        async with open_service(opts, semantic_arm=False) as svc:
-            doc_id = await resolve_document(svc, opts.tenant, ref)
-            return doc_id, await svc.document(doc_id, tenant_id=opts.tenant)
+        async with open_reader(opts) as cat:
+            doc_id = await resolve_document(cat, opts.tenant, ref)
+            return doc_id, await cat.document(opts.tenant, doc_id)
 
-    doc_id, detail = opts.run(run)
+    doc_id, detail = opts.run(run, read_only=True)
     if detail is None:
         raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}", EXIT_REFUSED)
     if opts.out.json:
@@ -141,11 +140,11 @@ def versions(ctx: typer.Context, document_id: Annotated[str, typer.Argument(meta
     ref = document_ref(document_id)
 
     async def run() -> tuple[uuid.UUID, list[VersionInfo]]:
-        async with open_service(opts, semantic_arm=False) as svc:
-            doc_id = await resolve_document(svc, opts.tenant, ref)
-            return doc_id, await svc.document_versions(doc_id, tenant_id=opts.tenant)
+        async with open_reader(opts) as cat:
+            doc_id = await resolve_document(cat, opts.tenant, ref)
+            return doc_id, await cat.document_versions(opts.tenant, doc_id)
 
-    doc_id, held = opts.run(run)
+    doc_id, held = opts.run(run, read_only=True)
     if not held:
         raise CliError(f"document_not_found: no document {doc_id} in tenant {opts.tenant}", EXIT_REFUSED)
     if opts.out.json:
@@ -176,10 +175,10 @@ def delete(
             raise CliError("refusing to delete without --yes (standard input is not a terminal)")
 
         async def named() -> uuid.UUID:  # the whole id in the question
-            async with open_service(opts, semantic_arm=False) as svc:
-                return await resolve_document(svc, opts.tenant, ref)
+            async with open_reader(opts) as cat:
+                return await resolve_document(cat, opts.tenant, ref)
 
-        ref = opts.run(named)
+        ref = opts.run(named, read_only=True)
         with console.raising():
             confirmed = typer.confirm(f"Delete document {ref} and every version of it?")
         if not confirmed:
@@ -188,7 +187,7 @@ def delete(
 
     async def run() -> tuple[uuid.UUID, int, int]:
         async with open_service(opts, semantic_arm=False) as svc:
-            doc_id = await resolve_document(svc, opts.tenant, ref)
+            doc_id = await resolve_document(svc.catalog, opts.tenant, ref)
             chunks = await svc.delete(doc_id, principal)
             return doc_id, chunks, await svc.artifacts.sweep()
 
@@ -231,7 +230,7 @@ def rechunk(
     async def run() -> tuple[uuid.UUID, int, str]:
         # The new chunk set is queued for the semantic arm; this process loads no model.
         async with open_service(opts, semantic_model=False, semantic_backfill=False) as svc:
-            doc_id = await resolve_document(svc, opts.tenant, ref)
+            doc_id = await resolve_document(svc.catalog, opts.tenant, ref)
             live = await svc.document(doc_id, tenant_id=opts.tenant)
             if live is None:
                 raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
@@ -284,12 +283,12 @@ def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(metav
     opts = options(ctx)
 
     async def run() -> Citation | DeletedChunk | None:
-        async with open_service(opts, semantic_arm=False) as svc:
-            return await svc.resolve_citation(chunk_id, tenant_id=opts.tenant)
+        async with open_reader(opts) as cat:
+            return await cat.resolve_citation(opts.tenant, chunk_id)
 
-    from knowledge.lifecycle import DeletedChunk
+    from knowledge.catalog import DeletedChunk
 
-    found = opts.run(run)
+    found = opts.run(run, read_only=True)
     if found is None:
         raise CliError(f"chunk_not_found: no chunk {chunk_id} in tenant {opts.tenant}", EXIT_REFUSED)
     if isinstance(found, DeletedChunk):

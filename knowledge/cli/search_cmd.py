@@ -95,7 +95,7 @@ def search(
     async def run() -> tuple[list[RetrievedPassage], str, list[str], list[str]]:
         # Only the query is embedded here: no backfill, no drain competing with it for the child.
         async with open_service(opts, semantic_backfill=False, semantic_drain=False) as svc:
-            await require_tenant(svc, opts.tenant)
+            await require_tenant(svc.catalog, opts.tenant)
             embedder = svc.embedder
             if embedder is not None:  # a fresh process: its embedder child is loading the model
                 with anyio.move_on_after(EMBEDDER_WAIT_SECONDS):

@@ -9,12 +9,15 @@ turn was traced.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from knowledge.cli.context import open_service, options
+from knowledge.cli.context import options
 from knowledge.cli.output import human_bytes
+from knowledge.cli.reading import open_reader
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from knowledge.attachments import QueueOverview
@@ -24,6 +27,7 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
     from knowledge.trace import BudgetPressure
 
 NO_TRACES = "n/a (no turns traced)"
+T = TypeVar("T")
 
 
 def stats(ctx: typer.Context) -> int:
@@ -38,13 +42,24 @@ def stats(ctx: typer.Context) -> int:
         settings = opts.settings()
         # The queue is read without the arm: stats never starts the model.
         version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
-        async with open_service(opts, semantic_arm=False) as svc:
-            return (await svc.corpus_size(opts.tenant), await svc.ingest_stats(opts.tenant),
-                    await svc.budget_pressure(opts.tenant), await svc.citation_counts(opts.tenant),
-                    await svc.attachment_overview(opts.tenant),
-                    await svc.queued_for(version, opts.tenant) if version is not None else None)
+        from knowledge.attachments import AttachmentQueue
+        from knowledge.metrics import ingest_stats
+        from knowledge.retry import retry_transient
+        from knowledge.semantic.queue import queue_backlog
+        from knowledge.trace import budget_pressure
 
-    corpus, ingest, pressure, citations, attachments, backlog = opts.run(run)
+        async with open_reader(opts) as cat:
+            def read(name: str, fn: Callable[..., Awaitable[T]], *args: Any) -> Awaitable[T]:
+                return retry_transient(name, functools.partial(fn, *args))
+
+            return (await cat.corpus_size(opts.tenant), await read("ingest_stats", ingest_stats, cat.db, opts.tenant),
+                    await read("budget_pressure", budget_pressure, cat.db, opts.tenant),
+                    await cat.citation_counts(opts.tenant),
+                    await read("attachment_overview", AttachmentQueue(cat.db).overview, opts.tenant),
+                    await read("queued_for", queue_backlog, cat.db, version, opts.tenant)
+                    if version is not None else None)
+
+    corpus, ingest, pressure, citations, attachments, backlog = opts.run(run, read_only=True)
     traced = pressure.turns > 0
     if opts.out.json:
         opts.out.emit_json({
@@ -135,10 +150,10 @@ def tenants(ctx: typer.Context) -> int:
     opts = options(ctx)
 
     async def run() -> list[TenantSummary]:
-        async with open_service(opts, semantic_arm=False) as svc:
-            return await svc.tenants()
+        async with open_reader(opts) as cat:
+            return await cat.tenants()
 
-    found = opts.run(run)
+    found = opts.run(run, read_only=True)
     if opts.out.json:
         opts.out.emit_json(found)
         return 0
