@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 
@@ -18,6 +17,18 @@ FAKE = (sys.executable, "-m", "tests.helpers.fake_child")
 
 def fake_pool(**kwargs: object) -> ParserPool:
     return ParserPool(command=FAKE, **kwargs)  # type: ignore[arg-type]
+
+
+def running(process: psutil.Process) -> bool:
+    """Alive and not a zombie (False if it exited between a listing and this look)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def live_children(process: psutil.Process) -> int:
+    return sum(running(child) for child in process.children())
 
 
 def gone(pid: int | None) -> bool:
@@ -44,7 +55,7 @@ async def test_never_more_than_two_children_per_loop(anyio_backend_name: str) ->
 
     async def sample() -> None:
         while True:
-            os_counts.append(len([c for c in me.children() if c.status() != psutil.STATUS_ZOMBIE]))
+            os_counts.append(live_children(me))
             await anyio.sleep(0.02)
 
     async with anyio.create_task_group() as tg:
@@ -118,7 +129,7 @@ async def test_timeout_kills_the_child_and_its_group(anyio_backend_name: str) ->
     record = pool.history[0]
     assert gone(record.pid)
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and
-                "time.sleep(600)" in " ".join(p.info["cmdline"]) and p.status() != psutil.STATUS_ZOMBIE]
+                "time.sleep(600)" in " ".join(p.info["cmdline"]) and running(p)]
 
 
 @pytest.mark.anyio
@@ -187,11 +198,7 @@ async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_
     counts: list[int] = []
 
     def alive() -> int:
-        count = 0
-        for child in me.children():
-            with contextlib.suppress(psutil.NoSuchProcess):  # it exited between the listing and the look
-                count += child.status() != psutil.STATUS_ZOMBIE
-        return count
+        return live_children(me)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(pool.keep_spares)
