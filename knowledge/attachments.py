@@ -41,11 +41,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from knowledge.errors import KnowledgeError
-from knowledge.ingest import lock_documents
 from knowledge.lifecycle import withdraw_unreferenced
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.store.artifacts import REF_COLUMNS, collect_bytes, insert_artifact, ref_from_row, store_retrying
 from knowledge.store.db import Connection, Database, Record
+from knowledge.store.locks import lock_documents
 from parsers.base import base_media_type
 
 WRITE_SCOPE = "knowledge.write"

@@ -498,6 +498,16 @@ class PlainTextChunker:
         return chunk_text(text, title, markdown=False)
 
 
+class ParagraphChunker:
+    """Paragraphs only, headings ignored (``knowledge docs rechunk --chunker paragraphs``): the same
+    sizes as the current chunker, another version."""
+
+    version = f"para1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
+
+    def chunk(self, text: str, title: str) -> list[ChunkDraft]:
+        return chunk_text(text, title, markdown=False)
+
+
 def content_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

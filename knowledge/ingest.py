@@ -26,7 +26,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, TypeVar
@@ -58,6 +58,7 @@ from knowledge.scan import find_secrets, is_instruction_like
 from knowledge.semantic.queue import QUEUE_INSERT
 from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, Opened, ref_from_row
 from knowledge.store.db import Connection, Database, is_transient
+from knowledge.store.locks import lock_document
 from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
 
 _log = logging.getLogger(__name__)
@@ -449,26 +450,6 @@ _OUTCOME_UPSERT = """
 INSERT INTO knowledge_ingest_outcomes (tenant_id, day, outcome, reason, count)
 VALUES ($1, current_date, $2, $3, 1)
 ON CONFLICT (tenant_id, day, outcome, reason) DO UPDATE SET count = knowledge_ingest_outcomes.count + 1"""
-
-
-def document_lock_key(tenant: str, document_id: uuid.UUID) -> str:
-    return f"knowledge.document/{tenant}/{document_id}"
-
-
-async def lock_document(tx: Connection, tenant: str, document_id: uuid.UUID) -> None:
-    """Serialize every version and delete of one document (held to the end of the transaction)."""
-    await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", document_lock_key(tenant, document_id))
-
-
-async def lock_documents(tx: Connection, documents: Iterable[tuple[str, uuid.UUID]], *, shared: bool = False) -> None:
-    """`lock_document` for each (tenant, document), in one statement and one order (by key: within
-    a tenant, the documents' id order, as `knowledge.lifecycle` takes them); ``shared``: in shared
-    mode. Held to the end of ``tx``."""
-    keys = sorted({document_lock_key(tenant, document_id) for tenant, document_id in documents})
-    if keys:
-        lock = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        await tx.execute(f"SELECT {lock}(hashtextextended(k, 0)) FROM (SELECT k FROM unnest($1::text[]) AS k "
-                         "ORDER BY k) AS ordered", keys)
 
 
 async def supersede(tx: Connection, tenant: str, document_id: uuid.UUID, principal: Principal) -> int:

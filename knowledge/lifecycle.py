@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from knowledge.errors import KnowledgeError
-from knowledge.ingest import lock_document
 from knowledge.models import Principal
 from knowledge.retry import retry_transient
 from knowledge.store.db import Connection, Database, is_transient
+from knowledge.store.locks import lock_document
 
 DELETED_EVENT = "knowledge.document.deleted"
 

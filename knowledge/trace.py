@@ -41,10 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from knowledge.budget import IN_TURN_RECALL, KNOWLEDGE, ClassAllocation, RegionAllocation
 from knowledge.catalog import DeletedChunk
-from knowledge.ingest import lock_documents
 from knowledge.models import Authority, KnowledgeChunk, RetrievedPassage, Sensitivity
 from knowledge.render import PATH_SEPARATOR, render_knowledge_block
 from knowledge.store.db import Connection, Database, Record
+from knowledge.store.locks import lock_documents
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _SHA256 = r"^[0-9a-f]{64}$"

@@ -15,9 +15,9 @@ from knowledge.attachments import (
     SurfaceActor,
     attachment_document_id,
 )
+from knowledge.catalog import DeletedChunk
 from knowledge.errors import DatabaseUnavailable
 from knowledge.ingest import IngestRefused
-from knowledge.lifecycle import DeletedChunk
 from knowledge.models import (
     ArtifactOrigin,
     AttachmentState,

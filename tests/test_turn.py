@@ -14,7 +14,6 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from knowledge.config import Settings
-from knowledge.ingest import lock_document
 from knowledge.memory_boundary import Belief
 from knowledge.models import (
     ArtifactOrigin,
@@ -27,6 +26,7 @@ from knowledge.models import (
 )
 from knowledge.render import parse_knowledge_block
 from knowledge.service import KnowledgeService
+from knowledge.store.locks import lock_document
 from knowledge.trace import block_sha256, rerender, resolve_chunks
 from knowledge.turn import TurnRequest
 

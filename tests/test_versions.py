@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
+from knowledge.catalog import DeletedChunk
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, chunk_text
 from knowledge.ingest import IngestRefused
-from knowledge.lifecycle import DeletedChunk, DeleteRefused
+from knowledge.lifecycle import DeleteRefused
 from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 

@@ -21,7 +21,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import pydantic
 import typer
 
 from knowledge.cli.context import (
@@ -195,7 +194,8 @@ def describe(exc: BaseException) -> tuple[int, str]:
             if chunk is not None else ""
         detail = "" if exc.message == exc.reason else f": {_one_line(exc.message)}"
         return EXIT_REFUSED, f"refused: {exc.reason}{detail}{where}"
-    if isinstance(exc, pydantic.ValidationError):
+    pydantic = sys.modules.get("pydantic")  # (loaded if it raised: `--help` does not import it)
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "value"
         return EXIT_USAGE, f"invalid {loc}: {first.get('msg', 'invalid')}"

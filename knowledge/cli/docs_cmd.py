@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from knowledge import console
-from knowledge.chunking import TOKENIZER_VERSION, ChunkDraft, Chunker, MarkdownChunker, PlainTextChunker, chunk_text
 from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import human_bytes, safe
 from knowledge.cli.reading import open_reader
-from knowledge.normalize import NORMALIZER_VERSION
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from knowledge.catalog import Catalog, Citation, DeletedChunk, DocumentDetail, DocumentSummary, VersionInfo
@@ -205,15 +203,6 @@ class ChunkerChoice(StrEnum):
     PARAGRAPHS = "paragraphs"  # paragraphs only, headings ignored
 
 
-class ParagraphChunker:
-    """Paragraphs only, headings ignored: the same sizes as the current chunker, another version."""
-
-    version = f"para1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
-
-    def chunk(self, text: str, title: str) -> list[ChunkDraft]:
-        return chunk_text(text, title, markdown=False)
-
-
 @docs_app.command("rechunk")
 def rechunk(
     ctx: typer.Context,
@@ -235,6 +224,8 @@ def rechunk(
             if live is None:
                 raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
                                EXIT_REFUSED)
+            from knowledge.chunking import Chunker, MarkdownChunker, ParagraphChunker, PlainTextChunker
+
             choice: Chunker
             if chunker is ChunkerChoice.PARAGRAPHS:
                 choice = ParagraphChunker()

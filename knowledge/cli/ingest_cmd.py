@@ -13,14 +13,13 @@ import contextlib
 import hashlib
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
-from pydantic import BaseModel
 
 from knowledge.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Options, open_service, options
 from knowledge.cli.files import (
@@ -34,21 +33,14 @@ from knowledge.cli.files import (
 )
 from knowledge.cli.output import human_bytes
 from knowledge.errors import KnowledgeError
-from knowledge.models import (
-    ArtifactOrigin,
-    Authority,
-    KnowledgeDocument,
-    Principal,
-    Sensitivity,
-    TrustLevel,
-    Visibility,
-)
+from knowledge.vocabulary import ArtifactOrigin, Authority, Sensitivity, TrustLevel, Visibility
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from rich.progress import Progress
 
     from knowledge.ingest import IngestRequest
     from knowledge.ingest_bulk import Outcome
+    from knowledge.models import Principal
     from knowledge.semantic.queue import Backlog
     from knowledge.service import KnowledgeService
 
@@ -56,7 +48,8 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
 OK_OUTCOMES = ("ingested", "new_version", "unchanged")
 
 
-class FileOutcome(BaseModel):
+@dataclass(frozen=True)
+class FileOutcome:
     """What happened to one file."""
 
     path: str
@@ -97,24 +90,24 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
     stdin_name = request.get("stdin", {}).get(file)
     out = FileOutcome(path="-" if stdin_name else str(file), outcome="refused", title=title)
     if found.error is not None:
-        return _Upload(out.model_copy(update={"reason": "unreadable", "message": f"folder not read: {found.error}"}))
+        return _Upload(replace(out, reason="unreadable", message=f"folder not read: {found.error}"))
     tenant = principal.tenant_id
     try:
         data = await anyio.to_thread.run_sync(read_source, file, svc.settings.max_artifact_bytes)
     except OSError as exc:
-        return _Upload(out.model_copy(update={"reason": "unreadable", "message": exc.strerror or str(exc)}))
+        return _Upload(replace(out, reason="unreadable", message=exc.strerror or str(exc)))
     except KnowledgeError as exc:
-        return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
+        return _Upload(replace(out, reason=exc.reason, message=exc.message))
     media_type = detect_media_type(file, data, as_text=request.get("as_text", False))
-    out = out.model_copy(update={"media_type": media_type, "size_bytes": len(data)})
+    out = replace(out, media_type=media_type, size_bytes=len(data))
     document_id = document_id_for(tenant, found.key, stdin_name)
     candidates = [document_id] if stdin_name is not None else identity_candidates(tenant, found)
     known = await live_documents(svc.db, tenant, candidates)
     document_id = next((c for c in candidates if c in known), document_id)
     existing = known.get(document_id)
     if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
-        return _Upload(out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
-                                              "version": existing.version, "chunks": existing.chunks}))
+        return _Upload(replace(out, outcome="unchanged", document_id=document_id, version=existing.version,
+                               chunks=existing.chunks))
     try:
         ref = await svc.artifacts.put(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
                                       trust=TrustLevel.USER, file_name=file.name,
@@ -122,7 +115,7 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
     except KnowledgeError as exc:
         if exc.reason in UNAVAILABLE:
             raise
-        return _Upload(out.model_copy(update={"reason": exc.reason, "message": exc.message}))
+        return _Upload(replace(out, reason=exc.reason, message=exc.message))
     return _Upload(out, IngestRequest(
         source=ref, title=title, visibility=request["visibility"], principal=principal,
         origin_trust=TrustLevel.USER, project_scope=request["project_scope"], doc_date=request["doc_date"],
@@ -164,6 +157,7 @@ async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> Fi
     ingests of one folder at once) is ``unchanged`` when that process stored the same bytes."""
     from knowledge.catalog import live_document
     from knowledge.ingest import IngestRefused
+    from knowledge.models import KnowledgeDocument
 
     out = upload.out
     if isinstance(outcome, IngestRefused) and outcome.reason == "document_exists" and upload.request is not None:
@@ -171,22 +165,20 @@ async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> Fi
         assert document_id is not None  # (document_exists: a first version was asked for)
         there = await live_document(svc.db, tenant, document_id)
         if there is not None and there.source_sha256 == upload.request.source.sha256:
-            return out.model_copy(update={"outcome": "unchanged", "document_id": document_id,
-                                          "version": there.version, "chunks": there.chunks})
+            return replace(out, outcome="unchanged", document_id=document_id, version=there.version,
+                           chunks=there.chunks)
     if isinstance(outcome, IngestRefused):
-        return out.model_copy(update={
-            "reason": outcome.reason, "message": outcome.message, "chunk_ordinal": outcome.chunk_ordinal,
-            "heading_path": list(outcome.heading_path) if outcome.heading_path is not None else None})
+        return replace(out, reason=outcome.reason, message=outcome.message, chunk_ordinal=outcome.chunk_ordinal,
+                       heading_path=list(outcome.heading_path) if outcome.heading_path is not None else None)
     if isinstance(outcome, KnowledgeError):
         if outcome.reason in UNAVAILABLE:
             raise outcome
-        return out.model_copy(update={"reason": outcome.reason, "message": outcome.message})
+        return replace(out, reason=outcome.reason, message=outcome.message)
     if not isinstance(outcome, KnowledgeDocument):
         raise outcome
     summary = await live_document(svc.db, outcome.tenant_id, outcome.document_id)
-    return out.model_copy(update={
-        "outcome": "new_version" if upload.existing else "ingested", "document_id": outcome.document_id,
-        "version": outcome.version, "chunks": summary.chunks if summary else None})
+    return replace(out, outcome="new_version" if upload.existing else "ingested", document_id=outcome.document_id,
+                   version=outcome.version, chunks=summary.chunks if summary else None)
 
 
 def tally(results: list[FileOutcome]) -> dict[str, int]:
@@ -380,13 +372,15 @@ async def _ingest_run(opts: Options, principal: Principal, files: list[Found], r
 
 def landed(upload: _Upload, outcome: Outcome | None) -> FileOutcome:
     """A file's outcome without the database (it went away): committed, refused, or not written."""
+    from knowledge.models import KnowledgeDocument
+
     out = upload.out
     if isinstance(outcome, KnowledgeDocument):
-        return out.model_copy(update={"outcome": "new_version" if upload.existing else "ingested",
-                                      "document_id": outcome.document_id, "version": outcome.version})
+        return replace(out, outcome="new_version" if upload.existing else "ingested",
+                       document_id=outcome.document_id, version=outcome.version)
     if isinstance(outcome, KnowledgeError) and lost_database(outcome) is None:
-        return out.model_copy(update={"reason": outcome.reason, "message": outcome.message})
-    return out.model_copy(update={"reason": "not_ingested", "message": "the database went away first"})
+        return replace(out, reason=outcome.reason, message=outcome.message)
+    return replace(out, reason="not_ingested", message="the database went away first")
 
 
 def _progress(opts: Options) -> Progress:

@@ -17,9 +17,10 @@ from rich.text import Text
 
 from knowledge.cli.context import CliError, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import Output, safe
-from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity
+from knowledge.vocabulary import Sensitivity
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
+    from knowledge.models import KnowledgeQuery, RetrievedPassage
     from knowledge.service import KnowledgeService
 
 def parse_as_of(value: str) -> datetime:
@@ -88,6 +89,8 @@ def search(
     when = parse_as_of(as_of) if as_of is not None else None
     if not query.strip():
         raise CliError("the query is empty")
+    from knowledge.models import KnowledgeQuery
+
     request = KnowledgeQuery(tenant_id=opts.tenant, principal_id=opts.principal_id, current_scope=project,
                              text=query, as_of=when, budget_tokens=budget, max_passages=max_passages,
                              sensitivity_ceiling=ceiling, min_relevance=min_relevance)
