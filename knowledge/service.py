@@ -43,7 +43,7 @@ from knowledge.errors import ConfigurationError
 from knowledge.ingest import Ingestor, IngestRequest
 from knowledge.ingest_bulk import OnDone, Outcome, ingest_many
 from knowledge.lifecycle import ConversationDeleted, delete_conversation, delete_document
-from knowledge.metrics import IngestStats, ingest_stats
+from knowledge.metrics import BudgetPressure, IngestStats, budget_pressure, ingest_stats
 from knowledge.models import (
     ArtifactRef,
     Authority,
@@ -69,13 +69,11 @@ from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.structured import HeldError, call_in_group
 from knowledge.trace import (
     TRACE_RETENTION,
-    BudgetPressure,
     PruneResult,
     RecallTrace,
     RecallTraceView,
     TraceCheck,
     TraceRetention,
-    budget_pressure,
     check_trace,
     load_trace,
     prune_traces,

@@ -4,6 +4,7 @@ moved folder, and read-only commands that never start the embedding model."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -16,10 +17,17 @@ from typing import Any
 
 import pytest
 import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from knowledge.cli import app, hoist_global_flags, interrupt, main
 from knowledge.cli.files import Found, document_id_for, identity_candidates, legacy_document_id
 from knowledge.cli.help import plain_help
+from knowledge.cli.output import fitting_lines
 from knowledge.service import KnowledgeService
 from supervisors.embedder import Embedder
 from tests.conftest import new_database
@@ -252,3 +260,30 @@ def test_read_only_commands_read_without_the_service_and_fall_back_to_it_on_a_ne
     fresh = new_database(admin_dsn, migrated=False)
     assert knowledge("tenants", dsn=fresh).code == 0 and opened == ["service"]  # it migrated the database
     assert knowledge("tenants", dsn=fresh).code == 0 and opened == ["service"]
+
+
+_CELL = st.text(st.sampled_from("abcXYZ019 -_.:/›é日本語ßø"), max_size=14)
+
+
+@settings(max_examples=200, deadline=None)
+@given(title=st.none() | _CELL.filter(lambda t: t.strip() == t and t != ""),
+       columns=st.lists(_CELL.filter(bool), min_size=2, max_size=5),
+       data=st.data())
+def test_a_table_that_fits_is_written_as_rich_lays_it_out(title: str | None, columns: list[str],
+                                                          data: st.DataObject) -> None:
+    """`fitting_lines` (the fast path of `Output.table`) prints what rich would, to the character."""
+    rows = data.draw(st.lists(st.lists(_CELL, min_size=len(columns), max_size=len(columns)), max_size=6))
+    width = data.draw(st.integers(20, 120))
+    lines = fitting_lines(title, columns, rows, width)
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for name in columns:
+        table.add_column(Text(name), overflow="fold", no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(c) for c in row))
+    console = Console(file=io.StringIO(), soft_wrap=False, highlight=False, width=width)
+    console.print(table)
+    if lines is not None:
+        assert "\n".join(lines) + "\n" == console.file.getvalue()  # type: ignore[attr-defined]
+    else:  # only a table too wide for the line (or for its title) goes to rich
+        total = sum(max(cell_len(c) for c in col) for col in zip(columns, *rows, strict=True)) + 3 * (len(columns) - 1)
+        assert total > width or cell_len(title or "") > total

@@ -22,9 +22,8 @@ from knowledge.cli.reading import open_reader
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from knowledge.attachments import QueueOverview
     from knowledge.catalog import CitationCounts, CorpusSize, TenantSummary
-    from knowledge.metrics import IngestStats
+    from knowledge.metrics import BudgetPressure, IngestStats
     from knowledge.semantic.queue import Backlog
-    from knowledge.trace import BudgetPressure
 
 NO_TRACES = "n/a (no turns traced)"
 T = TypeVar("T")
@@ -43,10 +42,9 @@ def stats(ctx: typer.Context) -> int:
         # The queue is read without the arm: stats never starts the model.
         version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
         from knowledge.attachments import AttachmentQueue
-        from knowledge.metrics import ingest_stats
+        from knowledge.metrics import budget_pressure, ingest_stats
         from knowledge.retry import retry_transient
         from knowledge.semantic.queue import queue_backlog
-        from knowledge.trace import budget_pressure
 
         async with open_reader(opts) as cat:
             def read(name: str, fn: Callable[..., Awaitable[T]], *args: Any) -> Awaitable[T]:
