@@ -275,7 +275,7 @@ def test_a_table_that_fits_is_written_as_rich_lays_it_out(title: str | None, col
     rows = data.draw(st.lists(st.lists(_CELL, min_size=len(columns), max_size=len(columns)), max_size=6))
     width = data.draw(st.integers(20, 120))
     lines = fitting_lines(title, columns, rows, width)
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table = Table(title=None if title is None else Text(title), title_justify="left", show_edge=False, pad_edge=False)
     for name in columns:
         table.add_column(Text(name), overflow="fold", no_wrap=True)
     for row in rows:

@@ -118,7 +118,8 @@ class Output:
         if lines is not None:
             self._write_table(title is not None, lines)
             return
-        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        table = Table(title=None if title is None else Text(title), title_justify="left", show_edge=False,
+                      pad_edge=False)
         folding = set(wrap)
         for name in names:
             table.add_column(name, overflow="fold", no_wrap=name not in folding)
