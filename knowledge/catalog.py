@@ -11,15 +11,16 @@ Cancellation: every function propagates it; nothing is left checked out.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import date, datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from knowledge.models import KnowledgeChunk
+from knowledge.models import KnowledgeChunk, Viewer
 from knowledge.store.db import Database, Record
+from knowledge.store.visibility import visible
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 T = TypeVar("T")
@@ -316,6 +317,31 @@ async def resolve_chunk(db: Database, tenant_id: str, chunk_id: str) -> Knowledg
     return await get_chunk(db, tenant_id, chunk_id) or await deleted_chunk(db, tenant_id, chunk_id)
 
 
+_VISIBLE_CHUNKS = f"""
+SELECT c.chunk_id FROM knowledge_chunks c
+JOIN knowledge_documents d ON d.tenant_id = c.tenant_id AND d.document_id = c.document_id AND d.version = c.version
+WHERE c.tenant_id = $1 AND c.chunk_id = ANY($2::text[]) AND {visible("$3", "$4", "$5")}
+"""
+
+
+async def visible_chunk_ids(db: Database, viewer: Viewer, chunk_ids: Sequence[str]) -> set[str]:
+    """Which of ``chunk_ids`` the viewer may see: the document version each is a chunk of is visible
+    to them (`knowledge.store.visibility`), live or superseded — a citation outlives its version."""
+    rows = await db.fetch(_VISIBLE_CHUNKS, viewer.tenant_id, list(dict.fromkeys(chunk_ids)), viewer.principal_id,
+                          viewer.current_scope, viewer.sensitivity_ceiling.admitted())
+    return {r["chunk_id"] for r in rows}
+
+
+async def viewed_chunk(db: Database, viewer: Viewer, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
+    """`resolve_chunk` for a person: the chunk if its document version is visible to ``viewer``, a
+    `DeletedChunk` if its document was deleted, else None — a passage they may not see reads as
+    one that never existed."""
+    found = await resolve_chunk(db, viewer.tenant_id, chunk_id)
+    if isinstance(found, KnowledgeChunk) and chunk_id not in await visible_chunk_ids(db, viewer, [chunk_id]):
+        return None
+    return found
+
+
 async def resolve_citation(db: Database, tenant_id: str, chunk_id: str) -> Citation | DeletedChunk | None:
     """A chunk id within a tenant: its passage, document version and source (`Citation`); a
     `DeletedChunk` if its document was deleted; None if it never existed in this tenant."""
@@ -458,6 +484,9 @@ class Catalog:
 
     async def get_chunk(self, tenant_id: str, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
         return await self._read("get_chunk", resolve_chunk, tenant_id, chunk_id)
+
+    async def viewed_chunk(self, viewer: Viewer, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
+        return await self._read("viewed_chunk", viewed_chunk, viewer, chunk_id)
 
     async def resolve_citation(self, tenant_id: str, chunk_id: str) -> Citation | DeletedChunk | None:
         return await self._read("resolve_citation", resolve_citation, tenant_id, chunk_id)

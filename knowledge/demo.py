@@ -23,7 +23,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import IngestRefused, IngestRequest
-from knowledge.models import ArtifactOrigin, KnowledgeDocument, KnowledgeQuery, Principal, TrustLevel, Visibility
+from knowledge.models import (
+    ArtifactOrigin,
+    KnowledgeDocument,
+    KnowledgeQuery,
+    Principal,
+    TrustLevel,
+    Viewer,
+    Visibility,
+)
 from knowledge.service import KnowledgeService
 from knowledge.turn import TurnRequest
 
@@ -100,7 +108,7 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
         took = (time.perf_counter() - began) * 1000
         print(f"\nQ: {question}  ({len(turn.passages)} passages, block and trace in {took:.1f} ms)")
         print(turn.block or "(no passage)")
-        view = await svc.trace_view(turn.trace.trace_id, tenant_id=TENANT, viewing_ceiling="internal")
+        view = await svc.trace_view(turn.trace.trace_id, viewer=Viewer(tenant_id=TENANT, principal_id="operator"))
         print(view.render() if view is not None else "(no trace)")
         health = await svc.health()
         print(f"health: ok={health.ok} backend={health.backend} server={health.server_version} "

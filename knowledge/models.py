@@ -23,7 +23,8 @@ from knowledge.vocabulary import (  # re-exported: `from knowledge.models import
 )
 
 __all__ = ["ArtifactOrigin", "ArtifactRef", "AttachmentState", "Authority", "KnowledgeChunk", "KnowledgeDocument",
-           "KnowledgeQuery", "Principal", "RetrievedPassage", "Sensitivity", "TrustLevel", "Visibility"]
+           "KnowledgeQuery", "Principal", "RetrievedPassage", "Sensitivity", "TrustLevel", "Viewer",
+           "Visibility"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -103,6 +104,19 @@ class KnowledgeChunk(BaseModel):
     tokens: int = Field(ge=0)
     contains_instruction_like_text: bool
     content_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # binds the citation to the bytes
+
+
+class Viewer(BaseModel):
+    """Who looks at a passage a host shows outside a search — a citation clicked, a recall trace
+    opened: the facts a search is scoped by, so a person is never shown a passage a search would not
+    have given them (`KnowledgeService.get_chunk`, `KnowledgeService.trace_view`)."""
+
+    model_config = _FROZEN
+
+    tenant_id: str = Field(pattern=_IDENT)
+    principal_id: str = Field(pattern=_IDENT)
+    current_scope: str | None = None  # project visibility
+    sensitivity_ceiling: Sensitivity = Sensitivity.INTERNAL  # the viewing surface's ceiling
 
 
 class KnowledgeQuery(BaseModel):

@@ -41,6 +41,7 @@ from knowledge.models import Authority, KnowledgeQuery, RetrievedPassage
 from knowledge.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
 from knowledge.relevance import BM25_B, BM25_K1, LexicalEvidence, features
 from knowledge.store.db import Database, Record
+from knowledge.store.visibility import visible
 from knowledge.structured import run_both
 
 _log = logging.getLogger(__name__)
@@ -52,12 +53,9 @@ ARM_LIMIT = 50
 # principal -> only the ingesting principal; project -> the current scope's
 # documents; tenant -> everyone in the tenant. $1 tenant, $5 principal, $6 current scope,
 # $7 admitted sensitivities, $8 as_of (NULL: live).
-ADMIT = """
+ADMIT = f"""
     d.tenant_id = $1
-    AND (d.visibility = 'tenant'
-         OR (d.visibility = 'principal' AND d.ingested_by_principal_id = $5)
-         OR (d.visibility = 'project' AND d.project_scope = $6))
-    AND d.sensitivity = ANY($7::text[])
+    AND {visible("$5", "$6", "$7")}
     AND CASE WHEN $8::timestamptz IS NULL THEN d.valid_to IS NULL
              ELSE d.valid_from <= $8 AND (d.valid_to IS NULL OR d.valid_to > $8) END
 """

@@ -54,6 +54,7 @@ from knowledge.models import (
     RetrievedPassage,
     Sensitivity,
     TrustLevel,
+    Viewer,
     Visibility,
 )
 from knowledge.ranking import DEFAULT_POLICY
@@ -348,9 +349,17 @@ class KnowledgeService:
         return await call_in_group(self._task_group, retry_transient, "search",
                                    functools.partial(self.searcher.search, query))
 
-    async def get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
-        """Resolve a citation (a chunk id) within a tenant: the chunk (whichever version or chunk set
-        holds it), a `DeletedChunk` if its document was deleted, or None if it never existed there."""
+    async def get_chunk(self, chunk_id: str, *, viewer: Viewer) -> KnowledgeChunk | DeletedChunk | None:
+        """Resolve a citation (a chunk id) for a person — a click on a cited passage: the chunk
+        (whichever version or chunk set holds it) if its document version is visible to ``viewer``
+        as a search would have admitted it (visibility, project, sensitivity ceiling), a
+        `DeletedChunk` if its document was deleted, else None (a passage they may not see reads as
+        one that never existed). The operator's tenant-wide resolution is `operator_get_chunk`."""
+        return await self.catalog.viewed_chunk(viewer, chunk_id)
+
+    async def operator_get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
+        """The operator's resolution of a chunk id: anywhere in the tenant, whatever its visibility
+        (`knowledge chunk show`); never for a person's view (`get_chunk`)."""
         return await self.catalog.get_chunk(tenant_id, chunk_id)
 
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
@@ -432,14 +441,21 @@ class KnowledgeService:
         Cancellation: the read is cancelled; nothing to undo."""
         return await retry_transient("trace", functools.partial(load_trace, self.db, tenant_id, trace_id))
 
-    async def trace_view(
+    async def trace_view(self, trace_id: UUID, *, viewer: Viewer) -> RecallTraceView | None:
+        """A trace as ``viewer`` may see it: items above the stricter of the recall ceiling and the
+        viewer's, and passages of documents the viewer may not see, withheld (and counted); deleted
+        passages shown as deleted with their chunk id. The operator's view: `operator_trace_view`.
+        Cancellation: the reads are cancelled; nothing to undo."""
+        return await retry_transient("trace_view", functools.partial(
+            view_trace, self.db, viewer.tenant_id, trace_id, viewer.sensitivity_ceiling, viewer))
+
+    async def operator_trace_view(
         self, trace_id: UUID, *, tenant_id: str, viewing_ceiling: Sensitivity | str
     ) -> RecallTraceView | None:
-        """A trace as a viewing surface may see it: items above the stricter of the recall and viewing
-        ceilings withheld (and counted), deleted passages shown as deleted with their chunk id.
-        Cancellation: the reads are cancelled; nothing to undo."""
-        return await retry_transient(
-            "trace_view", functools.partial(view_trace, self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling)))
+        """A trace as an operator's viewing surface sees it: only the two ceilings apply (the
+        passages' visibility does not). Cancellation: the reads are cancelled; nothing to undo."""
+        return await retry_transient("operator_trace_view", functools.partial(
+            view_trace, self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling)))
 
     async def check_trace(self, trace_id: UUID, *, tenant_id: str) -> TraceCheck:
         """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash.

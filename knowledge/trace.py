@@ -40,8 +40,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from knowledge.budget import IN_TURN_RECALL, KNOWLEDGE, ClassAllocation, RegionAllocation
-from knowledge.catalog import DeletedChunk
-from knowledge.models import Authority, KnowledgeChunk, RetrievedPassage, Sensitivity
+from knowledge.catalog import DeletedChunk, visible_chunk_ids
+from knowledge.models import Authority, KnowledgeChunk, RetrievedPassage, Sensitivity, Viewer
 from knowledge.render import PATH_SEPARATOR, render_knowledge_block
 from knowledge.store.db import Connection, Database, Record
 from knowledge.store.locks import lock_documents
@@ -292,15 +292,17 @@ def build_view(
     trace: RecallTrace,
     resolved: Mapping[str, KnowledgeChunk | DeletedChunk | None],
     viewing_ceiling: Sensitivity,
+    hidden: frozenset[str] = frozenset(),
 ) -> RecallTraceView:
     """The view of ``trace`` for a viewing surface with ``viewing_ceiling``; ``resolved`` maps each
-    traced chunk id to what it resolves to now (a chunk, a tombstone, or None)."""
+    traced chunk id to what it resolves to now (a chunk, a tombstone, or None); ``hidden``: chunk ids
+    whose documents the viewer may not see, withheld (and counted) like those above the ceiling."""
     ceiling = min(trace.recall_ceiling, viewing_ceiling)
     beliefs = [b for b in trace.beliefs if b.sensitivity <= ceiling]
     passages: list[ViewedPassage] = []
     withheld_passages = 0
     for rank, p in enumerate(trace.passages, start=1):
-        if p.sensitivity > ceiling:
+        if p.sensitivity > ceiling or p.chunk_id in hidden:
             withheld_passages += 1
             continue
         now = resolved.get(p.chunk_id)
@@ -494,15 +496,21 @@ async def resolve_chunks(
 
 
 async def view_trace(
-    db: Database, tenant_id: str, trace_id: UUID, viewing_ceiling: Sensitivity
+    db: Database, tenant_id: str, trace_id: UUID, viewing_ceiling: Sensitivity, viewer: Viewer | None = None
 ) -> RecallTraceView | None:
-    """Load ``trace_id`` and build its view for a surface with ``viewing_ceiling`` (see `build_view`).
+    """Load ``trace_id`` and build its view for a surface with ``viewing_ceiling`` (see `build_view`);
+    with a ``viewer`` (of ``tenant_id``), the passages of documents they may not see are withheld.
     Cancellation: nothing to undo."""
     trace = await load_trace(db, tenant_id, trace_id)
     if trace is None:
         return None
-    resolved = await resolve_chunks(db, tenant_id, [p.chunk_id for p in trace.passages])
-    return build_view(trace, resolved, viewing_ceiling)
+    chunk_ids = [p.chunk_id for p in trace.passages]
+    resolved = await resolve_chunks(db, tenant_id, chunk_ids)
+    hidden: frozenset[str] = frozenset()
+    if viewer is not None:
+        present = [c for c, now in resolved.items() if isinstance(now, KnowledgeChunk)]
+        hidden = frozenset(present) - await visible_chunk_ids(db, viewer, present)
+    return build_view(trace, resolved, viewing_ceiling, hidden)
 
 
 @dataclass(frozen=True)

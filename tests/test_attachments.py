@@ -306,7 +306,7 @@ async def test_deleting_the_conversation_deletes_its_documents(service: Knowledg
     assert not await service.db.fetchval(
         "SELECT count(*) FROM knowledge_postings WHERE tenant_id = $1 AND chunk_id = ANY($2::text[])",
         tenant, chunk_ids)
-    assert isinstance(await service.get_chunk(chunk_ids[0], tenant_id=tenant), DeletedChunk)
+    assert isinstance(await service.operator_get_chunk(chunk_ids[0], tenant_id=tenant), DeletedChunk)
     assert not await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="owner", text="rotate keys"))
 
     await service.artifacts.sweep()

@@ -110,7 +110,7 @@ async def test_reads_ride_out_a_terminated_pool(service: KnowledgeService, tenan
     query = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback")
     expected = await service.search(query)
     for read in (lambda: service.search(query),
-                 lambda: service.get_chunk(expected[0].chunk_id, tenant_id=tenant),
+                 lambda: service.operator_get_chunk(expected[0].chunk_id, tenant_id=tenant),
                  lambda: service.documents(tenant),
                  lambda: service.corpus_size(tenant)):
         assert await _terminate_pool(service) >= 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import uuid
@@ -16,12 +17,19 @@ import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from knowledge.config import Settings
 from knowledge.evidence import lexical_evidence
 from knowledge.ingest import IngestRefused
-from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Visibility
+from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Viewer, Visibility
 from knowledge.ranking import DEFAULT_POLICY
 from knowledge.render import parse_knowledge_block, render_knowledge_block
 from knowledge.search import LexicalArm
@@ -80,7 +88,9 @@ class VisibilityMachine(RuleBasedStateMachine):
         super().__init__()
         self.run = uuid.uuid4().hex[:8]  # tenants of this run only
         self.docs: dict[uuid.UUID, DocFacts] = {}
+        self.chunks: dict[str, uuid.UUID] = {}  # every chunk id a search returned, and its document
         self.results = 0
+        self.resolved = 0
 
     def tenant(self, name: str) -> str:
         return f"{name}-{self.run}"
@@ -122,6 +132,26 @@ class VisibilityMachine(RuleBasedStateMachine):
         if visible and "cluster" in words:
             assert {c.document_id for c in candidates} == visible or len(candidates) == self.svc.searcher.arm_limit
         self.results += len(candidates)
+        self.chunks.update({c.chunk_id: c.document_id for c in candidates})
+
+    @precondition(lambda self: self.chunks)
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)), data=st.data())
+    def resolve(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity,
+                data: st.DataObject) -> None:
+        """A citation resolved for a person (`get_chunk` with a viewer) comes back exactly when a
+        search would have admitted its document for them; the operator's (`operator_get_chunk`)
+        whenever it is of their tenant — and never across tenants."""
+        chunk_id = data.draw(st.sampled_from(sorted(self.chunks)))
+        facts = self.docs[self.chunks[chunk_id]]
+        viewer = Viewer(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                        sensitivity_ceiling=ceiling)
+        shown = self.portal.call(functools.partial(self.svc.get_chunk, chunk_id, viewer=viewer))
+        assert (shown is not None) == admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, viewer)
+        as_operator = self.portal.call(functools.partial(self.svc.operator_get_chunk, chunk_id,
+                                                         tenant_id=self.tenant(tenant)))
+        assert (as_operator is not None) == (facts.tenant == self.tenant(tenant))
+        self.resolved += 1
 
     @invariant()
     def tenants_hold_their_documents(self) -> None:
@@ -164,7 +194,7 @@ async def test_gate_passage_verbatim(service: KnowledgeService, tenant: str) -> 
     _, parsed = parse_knowledge_block(block)
     assert [p.chunk for p in parsed] == [p.chunk_id for p in passages]
     for shown, passage in zip(parsed, passages, strict=True):
-        chunk = await service.get_chunk(passage.chunk_id, tenant_id=tenant)
+        chunk = await service.get_chunk(passage.chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="alice"))
         assert chunk is not None
         assert shown.text == passage.text == chunk.text  # verbatim, whole
         assert hashlib.sha256(chunk.text.encode()).hexdigest() == chunk.content_sha256
@@ -180,9 +210,10 @@ async def test_gate_citation_resolves(service: KnowledgeService, tenant: str) ->
     _, parsed = parse_knowledge_block(block)
     assert parsed
     for shown in parsed:
-        chunk = await service.get_chunk(shown.chunk, tenant_id=tenant)
+        chunk = await service.get_chunk(shown.chunk, viewer=Viewer(tenant_id=tenant, principal_id="alice"))
         assert chunk is not None and shown.text in chunk.text
-        assert await service.get_chunk(shown.chunk, tenant_id=tenant + "-other") is None  # never across tenants
+        elsewhere = Viewer(tenant_id=tenant + "-other", principal_id="alice")
+        assert await service.get_chunk(shown.chunk, viewer=elsewhere) is None  # never across tenants
 
 
 @pytest.mark.anyio

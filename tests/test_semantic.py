@@ -484,7 +484,7 @@ async def test_reembedding_under_a_new_model_version_keeps_old_citations(databas
         assert await vectors_of(new, tenant, old_version) == old_vectors  # the old set is untouched
         assert await vectors_of(new, tenant, new.semantic_version) >= old_vectors
         for chunk_id in cited:
-            assert await new.get_chunk(chunk_id, tenant_id=tenant) is not None
+            assert await new.operator_get_chunk(chunk_id, tenant_id=tenant) is not None
         found = {c.chunk_id for c in await arms(new)[1].search(new.db, q(tenant, "restore from a snapshot"), 10)}
         assert set(cited) & found
         assert await new.reembed(tenant) == 0  # nothing left to do

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from knowledge.catalog import DeletedChunk
 from knowledge.config import Settings
 from knowledge.memory_boundary import Belief
-from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, Sensitivity
+from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, Sensitivity, Viewer
 from knowledge.service import KnowledgeService
 from knowledge.trace import (
     DELETED_NOTICE,
@@ -36,6 +36,11 @@ from tests.test_turn import guide, ingest_text, owner, request
 LEVELS = list(Sensitivity)
 SHA = "ab" * 32
 WHEN = datetime(2026, 7, 28, tzinfo=UTC)
+
+
+def alice(tenant: str, ceiling: Sensitivity | str) -> Viewer:
+    """The viewer of these traces: the principal whose turns made them, at a surface's ceiling."""
+    return Viewer(tenant_id=tenant, principal_id="alice", sensitivity_ceiling=Sensitivity(ceiling))
 
 
 @pytest.fixture
@@ -145,7 +150,7 @@ async def test_a_trace_renders_a_deleted_passage_as_deleted(service: KnowledgeSe
 
     await service.delete(gone, owner(tenant))
 
-    view = await service.trace_view(turn.trace.trace_id, tenant_id=tenant, viewing_ceiling="internal")
+    view = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
     assert view is not None
     states = {p.chunk_id: p.state for p in view.passages}
     assert states[deleted_chunk] is PassageState.DELETED and len(view.passages) == 2
@@ -164,6 +169,29 @@ async def test_a_trace_renders_a_deleted_passage_as_deleted(service: KnowledgeSe
 
 
 @pytest.mark.anyio
+async def test_a_trace_shows_a_viewer_only_the_passages_a_search_would_give_them(
+        service: KnowledgeService, tenant: str) -> None:
+    """Alice's turn cited her principal-only runbook and a tenant-wide one. Opened by Bob, the trace
+    withholds (and counts) hers; by Alice, it shows both; the operator's view shows both."""
+    private = await ingest_text(service, tenant, ROLLBACK, title="Alice's rollback notes", visibility="principal")
+    shared = await ingest_text(service, tenant, FAILOVER, title="Failover runbook")
+    turn = await service.turn(request(tenant, "rollback release failover standby", 10_000))
+    assert {p.document_id for p in turn.passages} == {private, shared}
+    bob = Viewer(tenant_id=tenant, principal_id="bob")
+    as_bob = await service.trace_view(turn.trace.trace_id, viewer=bob)
+    assert as_bob is not None and as_bob.withheld_passages == 1
+    assert [p.document_id for p in as_bob.passages] == [shared]
+    assert "reverting the release tag" not in as_bob.render() and "Alice's rollback notes" not in as_bob.render()
+    as_alice = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
+    assert as_alice is not None and as_alice.withheld_passages == 0 and len(as_alice.passages) == 2
+    operator = await service.operator_trace_view(turn.trace.trace_id, tenant_id=tenant, viewing_ceiling="internal")
+    assert operator is not None and operator.withheld_passages == 0 and len(operator.passages) == 2
+    cited = next(p.chunk_id for p in turn.passages if p.document_id == private)
+    assert await service.get_chunk(cited, viewer=bob) is None  # a click on it, as Bob: nothing
+    assert await service.get_chunk(cited, viewer=alice(tenant, "internal")) is not None
+
+
+@pytest.mark.anyio
 async def test_two_ceilings_through_the_service(service: KnowledgeService, tenant: str) -> None:
     levels = ["public", "internal", "confidential"]
     docs = {lvl: await ingest_text(service, tenant, ROLLBACK.replace("Roll back", f"Roll back ({lvl})"),
@@ -177,7 +205,7 @@ async def test_two_ceilings_through_the_service(service: KnowledgeService, tenan
     assert [b.belief_id for b in turn.beliefs] == ["b-public", "b-internal", "b-confidential"]
 
     async def shown(viewer: str) -> tuple[set[str], set[str], int, int]:
-        view = await service.trace_view(turn.trace.trace_id, tenant_id=tenant, viewing_ceiling=viewer)
+        view = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, viewer))
         assert view is not None
         return ({p.title or "" for p in view.passages}, {b.belief_id for b in view.beliefs},
                 view.withheld_passages, view.withheld_beliefs)
@@ -188,7 +216,7 @@ async def test_two_ceilings_through_the_service(service: KnowledgeService, tenan
     assert await shown("restricted") == every  # the recall surface's ceiling (confidential) is the stricter
     lower = await service.turn(TurnRequest(query=query.model_copy(update={"sensitivity_ceiling": Sensitivity.INTERNAL}),
                                            region_tokens=10_000, beliefs=mind))
-    view = await service.trace_view(lower.trace.trace_id, tenant_id=tenant, viewing_ceiling="restricted")
+    view = await service.trace_view(lower.trace.trace_id, viewer=alice(tenant, "restricted"))
     assert view is not None and view.effective_ceiling is Sensitivity.INTERNAL
     assert {p.title for p in view.passages} == {"public runbook", "internal runbook"}
 
@@ -213,7 +241,7 @@ async def test_two_tier_retention(service: KnowledgeService, tenant: str) -> Non
     assert all(p.title is None and p.heading_path is None for p in stored.passages)
     assert [p.chunk_id for p in stored.passages] == [p.chunk_id for p in turn.passages]  # the skeleton stays
     assert stored.block_sha256 == turn.trace.block_sha256 == block_sha256(turn.block or "")
-    view = await service.trace_view(turn.trace.trace_id, tenant_id=tenant, viewing_ceiling="internal")
+    view = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
     assert view is not None and {p.state for p in view.passages} == {PassageState.REDUCED}
     assert "checks the cluster" not in view.render()
     again = await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)

@@ -46,10 +46,11 @@ def owner(tenant: str, name: str = "alice") -> Principal:
 
 
 async def ingest_text(svc: KnowledgeService, tenant: str, text: str, *, title: str = "Runbook",
-                      sensitivity: str = "internal") -> uuid.UUID:
+                      sensitivity: str = "internal", visibility: str = "tenant") -> uuid.UUID:
     ref = await svc.artifacts.put(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                   trust=TrustLevel.USER)
-    doc = await svc.ingest(ref, title, "tenant", owner(tenant), origin_trust=TrustLevel.USER, sensitivity=sensitivity)
+    doc = await svc.ingest(ref, title, visibility, owner(tenant), origin_trust=TrustLevel.USER,
+                           sensitivity=sensitivity)
     return doc.document_id
 
 
@@ -145,7 +146,7 @@ async def test_gate_budget_yield_end_to_end(service: KnowledgeService, tenant: s
     assert got.block is not None
     _, shown = parse_knowledge_block(got.block)
     for passage in shown:  # whole: exactly the stored chunk's text
-        chunk = await service.get_chunk(passage.chunk, tenant_id=tenant)
+        chunk = await service.operator_get_chunk(passage.chunk, tenant_id=tenant)
         assert isinstance(chunk, KnowledgeChunk) and passage.text == chunk.text
     starved = await service.turn(request(tenant, "rollback failover snapshot", 700, belief_tokens))
     assert starved.block is None and starved.passages == ()

@@ -13,7 +13,7 @@ from knowledge.catalog import DeletedChunk
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, chunk_text
 from knowledge.ingest import IngestRefused
 from knowledge.lifecycle import DeleteRefused
-from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
+from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel, Viewer
 from knowledge.service import KnowledgeService
 
 
@@ -52,7 +52,7 @@ async def test_gate_version_supersession(service: KnowledgeService, tenant: str)
     then = await service.search(query(tenant, "pelican procedure", as_of=between))
     assert [p.chunk_id for p in then] == [p.chunk_id for p in old]  # as_of: what live returned then
     assert await service.search(query(tenant, "albatross", as_of=between)) == []
-    cited = await service.get_chunk(old[0].chunk_id, tenant_id=tenant)
+    cited = await service.get_chunk(old[0].chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
     assert isinstance(cited, KnowledgeChunk) and cited.version == 1 and "pelican" in cited.text
     versions = await service.db.fetch(
         "SELECT version, valid_to IS NULL AS live, superseded_by FROM knowledge_documents "
@@ -122,7 +122,7 @@ async def test_gate_deletion_cascades(service: KnowledgeService, tenant: str) ->
     assert await service.db.fetchval(
         "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[])", tenant, sources) == 0
     # A trace's citation resolves to "deleted", never dangles.
-    gone = await service.get_chunk(cited.chunk_id, tenant_id=tenant)
+    gone = await service.get_chunk(cited.chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
     assert isinstance(gone, DeletedChunk) and gone.document_id == doc
     event = await service.db.fetchrow(
         "SELECT payload FROM knowledge_events WHERE tenant_id = $1 AND event_type = 'knowledge.document.deleted'",
@@ -206,7 +206,7 @@ async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(se
     sets = await service.db.fetch(
         "SELECT chunker_version FROM knowledge_chunk_sets WHERE tenant_id = $1 ORDER BY created_at", tenant)
     assert [r["chunker_version"] for r in sets] == [CHUNKER_VERSION, "paragraphs-test-v1"]
-    cited = await service.get_chunk(old[0].chunk_id, tenant_id=tenant)  # the old set still resolves
+    cited = await service.operator_get_chunk(old[0].chunk_id, tenant_id=tenant)  # the old set still resolves
     assert isinstance(cited, KnowledgeChunk) and cited.text == old[0].text
     with pytest.raises(IngestRefused, match="already_chunked"):
         await service.rechunk(doc, ParagraphChunker(), owner(tenant))
