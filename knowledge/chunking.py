@@ -20,7 +20,11 @@ the text, and its ``title:`` becomes the first heading under the document title 
 from it. Plain text has paragraphs only. Markdown that could nest deeper than
 `MAX_MARKDOWN_NESTING` levels is chunked as plain text, because the parser would crash the process
 on it; a heading longer than `MAX_HEADING_CHARS` is cut in heading paths. Pure: no I/O,
-deterministic per `CHUNKER_VERSION`, which includes the normalizer's and the token counter's versions.
+deterministic per chunker version: `CHUNKER_VERSION` names the normalizer's, the token counter's and
+the Markdown parser's versions (a release of markdown-it-pyrs may move block boundaries, so it is
+a new version, never new ids under the old one); `PARAGRAPH_CHUNKER_VERSION`, which involves no
+parser, the first two. An extractor that makes the text (a PDF's) adds its own version when the
+chunk set is stored (`knowledge.ingest.prepare`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import base64
 import bisect
 import hashlib
+import importlib.metadata
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -43,8 +48,12 @@ CEILING_TOKENS = 1000
 FLOOR_TOKENS = 100
 
 TOKENIZER_VERSION = "t1"
+#: The Markdown parser as installed: part of the Markdown chunker's version.
+MARKDOWN_PARSER = f"mdit{importlib.metadata.version('markdown-it-pyrs')}"
 # md2: exact totals across U+3000 and cut-word window seams; the nesting bound; heading components <= 256.
-CHUNKER_VERSION = f"md2-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
+CHUNKER_VERSION = f"md2-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}-{MARKDOWN_PARSER}"
+#: Paragraphs only (plain text, or Markdown re-chunked with its headings ignored): no parser.
+PARAGRAPH_CHUNKER_VERSION = f"para1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
 
 # One token per CJK character, per short word (<= 8 characters), per 5 characters of a longer
 # word, and per other non-space character. One regex, counted in C. Punctuation is tried first,
@@ -490,19 +499,10 @@ class MarkdownChunker:
 
 
 class PlainTextChunker:
-    """Paragraph chunker for plain text: the same sizes, no headings."""
+    """Paragraph chunker: the same sizes, no headings — for plain text, and for Markdown re-chunked
+    with its headings ignored (``knowledge docs rechunk --chunker paragraphs``)."""
 
-    version = CHUNKER_VERSION
-
-    def chunk(self, text: str, title: str) -> list[ChunkDraft]:
-        return chunk_text(text, title, markdown=False)
-
-
-class ParagraphChunker:
-    """Paragraphs only, headings ignored (``knowledge docs rechunk --chunker paragraphs``): the same
-    sizes as the current chunker, another version."""
-
-    version = f"para1-{NORMALIZER_VERSION}-{TOKENIZER_VERSION}"
+    version = PARAGRAPH_CHUNKER_VERSION
 
     def chunk(self, text: str, title: str) -> list[ChunkDraft]:
         return chunk_text(text, title, markdown=False)

@@ -124,13 +124,15 @@ class PreparedDocument:
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | None = None) -> PreparedDocument:
+def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | None = None,
+            source_version: str = "") -> PreparedDocument:
     """Normalize, scan and chunk (pure). Raises `IngestRefused` for a secret or empty text, and for
     text or a title that PostgreSQL cannot store (NUL, lone surrogates): ``undecodable`` for the
     text, as the text extractors refuse it, and ``invalid_request`` for the title (it heads every
     chunk's heading path). Never removes or replaces them: that would alter the text outside the
     normalizer's closed list. ``chunker`` replaces the default chunker for the structure
-    (re-chunking under another version)."""
+    (re-chunking under another version). ``source_version``: the extractor's (`Extractor.version`),
+    joined to the chunker's in the chunk set's version, since the extracted text moves with it."""
     if _UNSTORABLE.search(title):
         raise IngestRefused("invalid_request", "the title contains NUL or a lone surrogate")
     if (bad := _UNSTORABLE.search(raw_text)) is not None:
@@ -156,7 +158,8 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
             chunk_ordinal=holder.ordinal, heading_path=holder.heading_path,
         )
     chunks = [PreparedChunk(d, content_sha256(d.text), is_instruction_like(d.text)) for d in drafts]
-    return PreparedDocument(text, chunks, chunker.version)
+    version = f"{chunker.version}+{source_version}" if source_version else chunker.version
+    return PreparedDocument(text, chunks, version)
 
 
 #: Fault-injection points (the stress suite and tests use them), called with the step's name inside the
@@ -254,7 +257,7 @@ class Ingestor:
         # Reading the source writes nothing: safe to repeat after a database fault.
         source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.retry_delays)
         await anyio.lowlevel.checkpoint()
-        prepared = prepare(raw_text, title, extractor.structure, chunker)
+        prepared = prepare(raw_text, title, extractor.structure, chunker, extractor.version)
         await anyio.lowlevel.checkpoint()
         return source, prepared
 

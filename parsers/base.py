@@ -26,6 +26,10 @@ class ExtractionRefused(KnowledgeError):
 class Extractor(Protocol):
     #: The structure of the text this extractor returns.
     structure: Structure
+    #: What moves the text it returns — its own rules and the parsing libraries' versions — or ""
+    #: when the text is the source's bytes decoded. Part of the chunker version of every chunk set
+    #: made from its text: a parser upgrade is a new chunker version, never new ids under the old.
+    version: str
     #: How many extractions of it may usefully run at once: 1 for one that works in this process
     #: (pure CPU), more for one that parses in child processes (the parser pool's children).
     concurrency: int

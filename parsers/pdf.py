@@ -9,6 +9,7 @@ carry heading paths too. A PDF without a text layer is refused (``no_text``).
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 from collections.abc import AsyncIterator
 
@@ -35,8 +36,19 @@ SPLIT_BYTES = 512 * 1024
 SPLIT_PAGES = 64
 
 
+#: The rules of `parsers.pdf_extract` (headings, cleaning, recovery): bumped whenever they change
+#: the text of a PDF that extracted before. p2: page-tree and xref repair; combining marks kept
+#: with their base characters.
+PDF_TEXT_RULES = "p2"
+#: What moves a PDF's text: those rules and the two parsing libraries as installed (the parser
+#: child runs this same environment).
+PDF_TEXT_VERSION = (f"{PDF_TEXT_RULES}-pdfminer{importlib.metadata.version('pdfminer.six')}"
+                    f"-pikepdf{importlib.metadata.version('pikepdf')}")
+
+
 class PdfExtractor:
     structure: Structure = "markdown"
+    version: str = PDF_TEXT_VERSION
     concurrency: int = SLOTS_PER_LOOP  # the parser pool's children on this loop
 
     def __init__(self, pool: ParserPool, deadline: float = EXTRACT_SECONDS) -> None:

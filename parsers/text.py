@@ -37,6 +37,7 @@ async def decode_utf8(source: AsyncIterator[bytes], limit: int = MAX_TEXT_BYTES)
 
 class PlainTextExtractor:
     structure: Structure = "plain"
+    version: str = ""  # the bytes decoded
     concurrency: int = 1
 
     def media_types(self) -> set[str]:
@@ -48,6 +49,7 @@ class PlainTextExtractor:
 
 class MarkdownExtractor:
     structure: Structure = "markdown"
+    version: str = ""  # the bytes decoded
     concurrency: int = 1
 
     def media_types(self) -> set[str]:

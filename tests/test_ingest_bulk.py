@@ -147,6 +147,7 @@ class _Counting:
     holds each until two are in (so one preparer at a time would hang: the caller's bound fails)."""
 
     structure = "plain"
+    version = ""
 
     def __init__(self, media_type: str, concurrency: int) -> None:
         self.media_type, self.concurrency = media_type, concurrency

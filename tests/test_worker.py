@@ -194,6 +194,7 @@ class _Hangs:
     """A Markdown extractor that never returns for a file whose text starts with ``# Hang``."""
 
     structure = "markdown"
+    version = ""
     concurrency = 1
 
     def __init__(self, inner: Extractor) -> None:

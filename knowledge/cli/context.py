@@ -35,6 +35,8 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_INTERRUPTED = 130
+#: Connections a command's service holds at most.
+CLI_POOL_SIZE = 4
 
 T = TypeVar("T")
 
@@ -65,8 +67,9 @@ class Options:
         from knowledge.config import Settings
 
         base = Settings.from_env(dsn=self.dsn, data_dir=self.data_dir)
-        values = {**base.model_dump(), "pool_min_size": 1, "pool_max_size": 4, "sweep_interval_seconds": None,
-                  "attachment_workers": 0, "application_name": "knowledge-cli", **overrides}
+        values = {**base.model_dump(), "pool_min_size": 1, "pool_max_size": CLI_POOL_SIZE,
+                  "sweep_interval_seconds": None, "attachment_workers": 0, "application_name": "knowledge-cli",
+                  **overrides}
         return Settings.model_validate(values)
 
     def principal(self) -> Principal:

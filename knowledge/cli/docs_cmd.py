@@ -224,11 +224,11 @@ def rechunk(
             if live is None:
                 raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
                                EXIT_REFUSED)
-            from knowledge.chunking import Chunker, MarkdownChunker, ParagraphChunker, PlainTextChunker
+            from knowledge.chunking import Chunker, MarkdownChunker, PlainTextChunker
 
             choice: Chunker
             if chunker is ChunkerChoice.PARAGRAPHS:
-                choice = ParagraphChunker()
+                choice = PlainTextChunker()
             elif svc.extractors.for_media_type(live.document.media_type).structure == "markdown":
                 choice = MarkdownChunker()
             else:

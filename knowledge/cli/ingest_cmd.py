@@ -278,8 +278,9 @@ def ingest(
     if cut is not None:
         landed = sum(r.outcome in OK_OUTCOMES for r in results)
         raise CliError(f"database unavailable: {' '.join(cut.error.message.split())[:300]} — {landed} of "
-                       f"{len(results)} files were in before it went away (whole documents; run the same "
-                       "command again for the rest)", EXIT_UNAVAILABLE)
+                       f"{len(results)} files were in before it went away (whole documents; one committing as "
+                       "it went may be in too; run the same command again for the rest: what is in is "
+                       "unchanged)", EXIT_UNAVAILABLE)
     return code
 
 
