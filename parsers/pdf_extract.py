@@ -7,6 +7,16 @@ Refusals (`PdfRefused.reason`): ``pdf_encrypted`` (any encryption, decided by pi
 silently decrypts empty-password and owner-only files), ``pdf_unreadable``, ``pdf_too_large`` (above
 32 MiB or `MAX_PAGES` pages) and ``no_text`` (no text layer: scans, images, blank pages).
 
+Recovery: a file refused for a loop in its structure — a page tree qpdf will not walk (/Kids that
+lead back to an ancestor), or a RecursionError in pdfminer reading the document (an xref chain whose
+/Prev leads back) — is repaired once, in memory, before it is refused: pikepdf rewrites it with a
+flat page tree of the /Page leaves reachable from the root (walked iteratively, each node once, in
+document order, within `MAX_PAGE_TREE_NODES` entries and `MAX_PAGES` pages) and one xref, streams
+copied undecoded, and inspection and extraction both read the repaired bytes. Encryption is decided
+first: an encrypted file is refused, never repaired. Other damage (a missing trailer, a broken
+object stream) is not guessed at: it stays ``pdf_unreadable``, as does a repair that fails, with a
+message saying so.
+
 The text is Markdown-shaped, for the chunker:
 
 - **Headings from the outline.** Each outline entry (explicit or named destination, ``/Dest`` or a
@@ -33,6 +43,12 @@ The text is Markdown-shaped, for the chunker:
   text stays verbatim, but CommonMark then reads it as a paragraph continuation or an indented code
   block. So the headings derived here are the only top-level headings, and no body line can swallow
   them into a code fence or HTML block (every derived heading stands at column 0 between blank lines).
+- **Combining marks stay with their base.** pdfminer groups characters into lines by position, so
+  a mark set above or below its letter (Thai tone marks and vowel signs) can start a line or a text
+  box of its own. A combining mark (Unicode category M) never starts a line or a paragraph here: the
+  marks that would are appended to the line before (in pdfminer's order, the line holding the
+  character that preceded them); on a page's first line they sit on a no-break space. Only
+  whitespace changes: the characters are pdfminer's, every one.
 - Cleaning, all of it non-textual: control characters (NUL among them: PostgreSQL text cannot hold
   it) are dropped, lone surrogates become U+FFFD (the result must encode as UTF-8), and the Latin
   typographic ligatures U+FB00-FB06 (``ﬁ``) become their letters, glyph choices that would otherwise
@@ -47,10 +63,11 @@ from __future__ import annotations
 import collections
 import io
 import re
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import pikepdf
 
@@ -70,6 +87,9 @@ MAX_OUTLINE_ENTRIES = 10_000
 #: unmatched, so placing them costs O(entries), not O(entries x lines).
 MAX_MATCHED_PER_PAGE = 200
 OUTLINE_DEPTH = 15  # pikepdf's default; deeper entries are not read (and would be level 6 anyway)
+#: Page-tree entries a repair follows (pages, /Pages nodes, and entries met again) before it gives up:
+#: an honest tree of `MAX_PAGES` pages has far fewer; a hostile /Kids array of millions ends here.
+MAX_PAGE_TREE_NODES = 10_000
 
 REASONS = frozenset({"pdf_encrypted", "pdf_unreadable", "pdf_too_large", "no_text"})
 
@@ -84,6 +104,14 @@ class PdfRefused(Exception):
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
+
+
+class _Repairable(PdfRefused):
+    """``pdf_unreadable`` for a loop in the file's structure (a page tree qpdf cannot walk, an xref
+    chain pdfminer recurses on without end) that a repair by pikepdf may undo (`_with_repair`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("pdf_unreadable", message)
 
 
 @dataclass(frozen=True)
@@ -119,7 +147,10 @@ def _open(data: bytes) -> pikepdf.Pdf:
     if len(data) > MAX_INPUT_BYTES:
         raise PdfRefused("pdf_too_large", f"{len(data)} bytes is above the {MAX_INPUT_BYTES}-byte bound")
     try:
-        pdf = pikepdf.open(io.BytesIO(data))
+        # Not inherit_page_attributes: it walks the page tree while opening, so a looping tree would
+        # fail here like a file that is no PDF at all; it fails at `len(pdf.pages)` instead, where it
+        # can be repaired. Nothing here reads an inherited page attribute.
+        pdf = pikepdf.open(io.BytesIO(data), inherit_page_attributes=False)
     except pikepdf.PasswordError:
         raise PdfRefused("pdf_encrypted", "the PDF needs a password") from None
     except MemoryError:
@@ -227,8 +258,9 @@ def _outline(pdf: pikepdf.Pdf) -> list[_Entry]:
 def inspect_pdf_bytes(data: bytes) -> PdfInspection:
     """Upload inspection with pikepdf: page count, outline, version. Refuses encrypted PDFs (any
     encryption: a user password, or owner-only restrictions), unreadable ones, and those above 32 MiB
-    or `MAX_PAGES` pages. Reads no content stream, so it is fast even on a decompression bomb."""
-    pages, outline, version = _structure(data)
+    or `MAX_PAGES` pages. Reads no content stream, so it is fast even on a decompression bomb. A page
+    tree with a loop is inspected as repaired (`_repair`), so its page count is the one extraction sees."""
+    pages, outline, version = _with_repair(_structure, data)
     return PdfInspection(pages=pages, encrypted=False, has_outline=bool(outline), pdf_version=version)
 
 
@@ -239,15 +271,109 @@ def _structure(data: bytes) -> tuple[int, list[_Entry], str]:
     except MemoryError:
         pdf.close()
         raise
-    except Exception as exc:  # a page tree qpdf cannot walk
+    except Exception as exc:  # a page tree qpdf cannot walk (a /Kids loop): `_repair` may rebuild it
         pdf.close()
-        raise PdfRefused("pdf_unreadable", f"cannot read its page tree: {type(exc).__name__}") from None
+        raise _Repairable(f"cannot read its page tree: {type(exc).__name__}") from None
     try:
         if count > MAX_PAGES:
             raise PdfRefused("pdf_too_large", f"{count} pages is above {MAX_PAGES}")
         return count, _outline(pdf), str(pdf.pdf_version)
     finally:
         pdf.close()
+
+
+# --- pikepdf: repairing a loop in the structure -------------------------------------------------------
+
+_T = TypeVar("_T")
+#: Page attributes a page may inherit from its ancestors (PDF 32000 7.7.3.4).
+_INHERITABLE = ("/Resources", "/MediaBox", "/CropBox", "/Rotate")
+_END = object()  # end of a /Kids iterator (a null entry reads as None, so None cannot mark the end)
+
+
+def _with_repair(run: Callable[[bytes], _T], data: bytes) -> _T:
+    """``run(data)``; if that fails on a loop in the file's structure, ``run`` once more, on the bytes
+    pikepdf repaired. Once: a repair that still fails is ``pdf_unreadable``, never a second repair."""
+    try:
+        return run(data)
+    except _Repairable as damage:
+        repaired = _repair(data, damage)
+    try:
+        return run(repaired)
+    except _Repairable as again:
+        raise PdfRefused("pdf_unreadable", f"{again.message}, even after a repair by pikepdf") from None
+
+
+def _repair(data: bytes, damage: _Repairable) -> bytes:
+    """The file as pikepdf rewrites it, with a page tree rebuilt flat from its reachable pages: a
+    /Kids loop is gone, and so is an xref chain that loops (qpdf reads each xref once; the copy has one
+    xref). Streams are copied as they are, never decoded: a bomb stays as small as it came. Only what
+    `_open` accepts is repaired: an encrypted file is refused, never rewritten."""
+    pdf = _open(data)
+    try:
+        pages = _reachable_pages(pdf, damage)
+        tree = pdf.make_indirect(pikepdf.Dictionary(Type=pikepdf.Name.Pages, Count=len(pages)))
+        for page in pages:
+            page.Parent = tree
+        tree.Kids = pikepdf.Array(pages)
+        pdf.Root.Pages = tree
+        buffer = io.BytesIO()
+        # No XMP rewriting (it would parse the document's XML), no object streams unpacked or made.
+        pdf.save(buffer, preserve_pdfa=False, fix_metadata_version=False, compress_streams=False,
+                 stream_decode_level=pikepdf.StreamDecodeLevel.none)
+        return buffer.getvalue()
+    except (PdfRefused, MemoryError):
+        raise
+    except Exception as exc:  # qpdf's PdfError on an object it cannot resolve or write, among others
+        why = f"{damage.message}; pikepdf cannot repair it: {type(exc).__name__}"
+        raise PdfRefused("pdf_unreadable", why) from None
+    finally:
+        pdf.close()
+
+
+def _entries(array: pikepdf.Array) -> Iterator[Any]:
+    """The array's items one at a time: ``iter(array)`` copies every item first, and a hostile /Kids
+    array has millions, of which the walk reads at most `MAX_PAGE_TREE_NODES`."""
+    return (array[i] for i in range(len(array)))
+
+
+def _reachable_pages(pdf: pikepdf.Pdf, damage: _Repairable) -> list[pikepdf.Dictionary]:
+    """The /Page leaves reachable from the page tree's root, in document order (depth first, /Kids in
+    order), each once: a node met again (a /Kids loop, a page listed twice) is skipped. A page gets
+    the attributes its ancestors gave it, as it will hang from a new root. Iterative (no recursion
+    however deep the tree), bounded by `MAX_PAGE_TREE_NODES` entries and `MAX_PAGES` pages."""
+    pages: list[pikepdf.Dictionary] = []
+    seen: set[tuple[int, int]] = set()
+    stack: list[tuple[Iterator[Any], dict[str, Any]]] = [(iter([pdf.Root.get("/Pages")]), {})]
+    budget = MAX_PAGE_TREE_NODES
+    while stack:
+        kids, inherited = stack[-1]
+        node = next(kids, _END)
+        if node is _END:
+            stack.pop()
+            continue
+        budget -= 1
+        if budget < 0:
+            raise PdfRefused("pdf_unreadable", f"{damage.message}; its page tree has more than "
+                                               f"{MAX_PAGE_TREE_NODES} entries to repair")
+        if not isinstance(node, pikepdf.Dictionary):
+            continue
+        if node.objgen != (0, 0):  # a loop needs an indirect object: direct ones cannot be met again
+            if node.objgen in seen:
+                continue
+            seen.add(node.objgen)
+        if node.get("/Type") == pikepdf.Name.Page:
+            for key, value in inherited.items():
+                if key not in node:
+                    node[key] = value
+            pages.append(node)
+            if len(pages) > MAX_PAGES:
+                raise PdfRefused("pdf_too_large", f"more than {MAX_PAGES} pages")
+        elif isinstance(children := node.get("/Kids"), pikepdf.Array):
+            own = {key: node[key] for key in _INHERITABLE if key in node}
+            stack.append((_entries(children), {**inherited, **own}))
+    if not pages:
+        raise PdfRefused("pdf_unreadable", f"{damage.message}; no page is reachable from its page tree")
+    return pages
 
 
 # --- pdfminer: text lines with their font sizes and positions -----------------------------------------
@@ -339,7 +465,40 @@ def _page_lines(layout: Any) -> list[_Line]:
                 lines.append(line)
         elif isinstance(element, LTContainer):
             stack.append(iter(element))
-    return lines
+    return _attach_marks(lines)
+
+
+def _is_mark(ch: str) -> bool:
+    """A combining mark (Unicode category Mn, Mc or Me): a Thai tone mark or vowel sign, an accent."""
+    return unicodedata.category(ch).startswith("M")
+
+
+def _attach_marks(lines: list[_Line]) -> list[_Line]:
+    """Move the combining marks that start a line onto the end of the line before it. pdfminer groups
+    characters into lines by position, so a mark set above or below its base letter (Thai tone marks
+    and vowel signs) can land in a line, even a text box, of its own, or at the start of the next one;
+    a mark that starts a line has lost its base. The line before it in pdfminer's order holds the
+    character that preceded the mark in its output, its base as far as the text can tell. A line left
+    empty is dropped; a page's first line keeps its marks on a no-break space (Unicode's base for a
+    lone mark), since the pages are extracted in ranges independently. Only whitespace changes."""
+    kept: list[_Line] = []
+    for line in lines:
+        if not _is_mark(line.text[0]):
+            kept.append(line)
+            continue
+        lead = 0  # the leading run of marks (and the spaces between them)
+        while lead < len(line.text) and (_is_mark(line.text[lead]) or line.text[lead] == " "):
+            lead += 1
+        marks, rest = line.text[:lead].replace(" ", ""), line.text[lead:]
+        if not kept:
+            line.text = "\u00a0" + line.text
+            kept.append(line)
+            continue
+        kept[-1].text += marks
+        if rest:
+            line.text = rest
+            kept.append(line)
+    return kept
 
 
 def _layout(data: bytes, first: int, end: int | None) -> list[list[_Line]]:
@@ -374,6 +533,8 @@ def _layout(data: bytes, first: int, end: int | None) -> list[list[_Line]]:
                 pages.append([])
     except MemoryError:
         raise
+    except RecursionError:  # an xref /Prev chain that loops, a page tree nested without end: `_repair`
+        raise _Repairable("pdfminer cannot read it: RecursionError") from None
     except Exception as exc:  # the document itself (xref, trailer, page tree): nothing to trust
         raise PdfRefused("pdf_unreadable", f"pdfminer cannot read it: {type(exc).__name__}") from None
     if failed and len(failed) > MAX_FAILED_PAGE_SHARE * len(pages):
@@ -556,7 +717,13 @@ def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None) -> str:
 
     ``pages`` = (first, end), 0-based and end-exclusive, extracts one range of a large PDF (the pool
     runs two ranges at once). A range without text returns only its pages' form feeds (blank to
-    ``str.strip``): the caller, which joins the ranges, decides ``no_text``."""
+    ``str.strip``): the caller, which joins the ranges, decides ``no_text``.
+
+    A file refused for a loop in its structure is extracted from pikepdf's repair (`_with_repair`)."""
+    return _with_repair(lambda pdf: _extract(pdf, pages), data)
+
+
+def _extract(data: bytes, pages: tuple[int, int] | None) -> str:
     count, outline, _ = _structure(data)
     first, end = pages if pages is not None else (0, count)
     if pages is not None and not 0 <= first < min(end, count):
