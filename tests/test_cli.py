@@ -524,7 +524,6 @@ def _script(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
 
 
-@pytest.mark.slow
 def test_console_script_and_the_embedded_server_lifecycle(tmp_path: Path, corpus: Path) -> None:
     """``db start`` leaves the server running; another command joins it and leaves it running;
     ``db stop`` stops it."""
@@ -557,6 +556,7 @@ def _documents(dsn: str, tenant: str) -> int:
     return anyio.run(count)
 
 
+@pytest.mark.slow
 def test_db_stop_refuses_while_an_ingest_runs_and_forced_the_ingest_says_what_landed(tmp_path: Path) -> None:
     """``db stop`` under another process's ingest says clients are connected (exit 1); ``--force``
     stops it; the ingest then prints what landed (whole documents, all there after a restart) and
@@ -601,7 +601,6 @@ def test_db_stop_refuses_while_an_ingest_runs_and_forced_the_ingest_says_what_la
         _script("--data-dir", data_dir, "db", "stop", "--force", env=env)
 
 
-@pytest.mark.slow
 def test_worker_runs_until_sigterm(database_dsn: str) -> None:
     env = {**os.environ, "KNOWLEDGE_DSN": database_dsn}
     proc = subprocess.Popen([str(SCRIPT), "--json", "worker", "--poll-seconds", "0.2", "--log-level", "WARNING"],

@@ -37,6 +37,7 @@ def _corpus() -> None:
         pytest.skip(f"{FOLDER} is missing: this test needs ../shared/corpus")
 
 
+@pytest.mark.slow
 def test_sigint_and_sigterm_at_random_moments_of_an_ingest_under_both_loops(admin_dsn: str) -> None:
     _corpus()
     dsns = {loop: new_database(admin_dsn) for loop in ("trio", "asyncio")}

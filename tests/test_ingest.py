@@ -303,6 +303,7 @@ async def test_closing_the_service_cancels_an_in_flight_ingest(settings: Any, te
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
 @pytest.mark.skipif(corpus_missing(CORPUS), reason="shared corpus not present")
 async def test_ingest_both_doc_corpora(service: KnowledgeService, tenant: str) -> None:
     """Every Markdown file of docs-argocd and docs-etcd ingests, or is refused for a credential

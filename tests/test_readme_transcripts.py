@@ -60,6 +60,7 @@ def require_corpus() -> None:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{CORPUS} is missing")
 
 
+@pytest.mark.slow
 def test_the_readme_cli_tour_prints_what_the_readme_shows(database_dsn: str) -> None:
     require_corpus()
     env = {**os.environ, "KNOWLEDGE_DSN": database_dsn, "COLUMNS": "100"}
@@ -83,6 +84,7 @@ def test_the_readme_cli_tour_prints_what_the_readme_shows(database_dsn: str) -> 
         assert not missing(expected, output), (args, missing(expected, output), output[-3000:])
 
 
+@pytest.mark.slow
 def test_the_readme_main_job_transcript_is_what_the_job_prints(database_dsn: str) -> None:
     require_corpus()
     env = {**os.environ, "KNOWLEDGE_DSN": database_dsn, "COLUMNS": "200"}

@@ -264,6 +264,7 @@ async def test_a_set_that_keeps_failing_is_left_for_an_operator_and_reembed_retr
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
 async def test_an_embedder_killed_mid_backlog_loses_nothing(semantic: KnowledgeService, tenant: str) -> None:
     """The drain is writing a long document's batches when the child is killed: the batch in flight
     fails, its rows go back to the queue, the actor restarts the child, and the drain finishes —
