@@ -7,7 +7,11 @@ Protocol (`supervisors.parser_pool` depends on it):
   raw PDF bytes until EOF, at most 32 MiB (more: ``pdf_too_large``). ``pages`` (optional, extract
   only) is one 0-based, end-exclusive page range. ``address_space_bytes`` absent: 512 MiB; null: no
   address-space limit (the pool's explicit opt-out).
-- stdout: exactly one JSON object (UTF-8, at most 32 MiB, else a ``pdf_too_large`` result), exit 0:
+- stdout, extract only: progress lines first, each ``~`` and an event and ``\\n`` (at most
+  `MAX_PROGRESS_BYTES`): ``~pages N`` (the pages to extract, counted by pikepdf), ``~document``
+  (pdfminer has read the document) and ``~page`` after each page. The pool reads them as they come
+  and kills a child that makes none for its stall limit. No JSON result starts with ``~``.
+- stdout, then: exactly one JSON object (UTF-8, at most 32 MiB, else a ``pdf_too_large`` result), exit 0:
   ``{"ok": true, "inspection": {...}}``, ``{"ok": true, "text": "...", "pages": n}`` or
   ``{"ok": false, "reason": "...", "message": "..."}``. Reasons: ``pdf_encrypted``,
   ``pdf_unreadable`` (a bad header too), ``pdf_too_large``, ``no_text``, and ``pdf_killed`` for a
@@ -34,6 +38,7 @@ from typing import Any
 
 MAX_IO_BYTES = 32 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
+MAX_PROGRESS_BYTES = 64  # one progress line, its ``~`` and newline included
 DEFAULT_CPU_SECONDS = 60
 DEFAULT_ADDRESS_SPACE_BYTES = 512 * 1024 * 1024
 OPEN_FILES = 64
@@ -107,7 +112,7 @@ def run(header: dict[str, Any], data: bytes) -> dict[str, object]:
         if header["op"] == "inspect":
             return {"ok": True, "inspection": inspect_pdf_bytes(data).as_marker()}
         pages = header.get("pages")
-        text = extract_pdf_text(data, (pages[0], pages[1]) if pages else None)
+        text = extract_pdf_text(data, (pages[0], pages[1]) if pages else None, progress)
         return {"ok": True, "text": text, "pages": text.count("\f")}
     except PdfRefused as refused:
         return _refusal(refused.reason, refused.message)
@@ -120,6 +125,13 @@ def run(header: dict[str, Any], data: bytes) -> dict[str, object]:
     except Exception as exc:  # a parser bug on a hostile file is still an answer, not a crash
         traceback.print_exc(limit=8)
         return _refusal("pdf_unreadable", f"the parser failed: {type(exc).__name__}")
+
+
+def progress(event: str) -> None:
+    """One progress line on stdout, flushed now: the pool's stall limit counts from the last one."""
+    line = f"~{event}\n".encode()[:MAX_PROGRESS_BYTES - 1].rstrip(b"\n") + b"\n"
+    sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
 
 
 def _emit(result: dict[str, object]) -> None:

@@ -10,7 +10,6 @@ carry heading paths too. A PDF without a text layer is refused (``no_text``).
 from __future__ import annotations
 
 import importlib.metadata
-import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -31,7 +30,8 @@ async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> by
 
 
 #: A PDF at least this large is inspected first; one of at least SPLIT_PAGES pages is extracted as
-#: two page ranges in two children at once (both slots of the loop), the deadline shared.
+#: two page ranges in two children at once (both slots of the loop). Each child has the extractor's
+#: deadline from its own start (the pool does not count the queue), and a stalled one ends sooner.
 SPLIT_BYTES = 512 * 1024
 SPLIT_PAGES = 64
 
@@ -61,19 +61,18 @@ class PdfExtractor:
     async def extract(self, source: AsyncIterator[bytes], media_type: str) -> str:
         """Cancellation: every parser child is killed and reaped before the cancellation propagates."""
         data = await collect(source)
-        began = time.monotonic()
         if len(data) < SPLIT_BYTES:
             return await self.pool.extract(data, self.deadline)
         # Part of this extraction: its deadline, not upload inspection's 10 s, bounds the inspection.
         inspection = await self.pool.inspect(data, self.deadline)
         count = int(inspection["pages"])
         if count < SPLIT_PAGES:
-            return await self.pool.extract(data, self.deadline - (time.monotonic() - began))
+            return await self.pool.extract(data, self.deadline)
         middle = count // 2
         parts: dict[int, str] = {}
 
         async def part(first: int, end: int) -> None:
-            parts[first] = await self.pool.extract(data, self.deadline - (time.monotonic() - began), (first, end))
+            parts[first] = await self.pool.extract(data, self.deadline, (first, end))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(part, 0, middle)

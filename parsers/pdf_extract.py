@@ -91,6 +91,10 @@ OUTLINE_DEPTH = 15  # pikepdf's default; deeper entries are not read (and would 
 #: an honest tree of `MAX_PAGES` pages has far fewer; a hostile /Kids array of millions ends here.
 MAX_PAGE_TREE_NODES = 10_000
 
+#: A per-step progress hook (`extract_pdf_text`): the parser child turns each call into a line the
+#: pool reads, so a child that stops making progress can be told from one that is merely slow.
+Progress = Callable[[str], None] | None
+
 REASONS = frozenset({"pdf_encrypted", "pdf_unreadable", "pdf_too_large", "no_text"})
 
 
@@ -161,6 +165,11 @@ def _open(data: bytes) -> pikepdf.Pdf:
         pdf.close()
         raise PdfRefused("pdf_encrypted", "the PDF is encrypted")
     return pdf
+
+
+def _tell(progress: Progress, event: str) -> None:
+    if progress is not None:
+        progress(event)
 
 
 def _number(value: object) -> float | None:
@@ -256,12 +265,48 @@ def _outline(pdf: pikepdf.Pdf) -> list[_Entry]:
 
 
 def inspect_pdf_bytes(data: bytes) -> PdfInspection:
-    """Upload inspection with pikepdf: page count, outline, version. Refuses encrypted PDFs (any
-    encryption: a user password, or owner-only restrictions), unreadable ones, and those above 32 MiB
-    or `MAX_PAGES` pages. Reads no content stream, so it is fast even on a decompression bomb. A page
-    tree with a loop is inspected as repaired (`_repair`), so its page count is the one extraction sees."""
-    pages, outline, version = _with_repair(_structure, data)
+    """Upload inspection: page count, outline, version. Refuses encrypted PDFs (any encryption: a user
+    password, or owner-only restrictions), unreadable ones, and those above 32 MiB or `MAX_PAGES`
+    pages. A page tree with a loop is inspected as repaired (`_repair`), so its page count is the one
+    extraction sees.
+
+    It runs every *structural* check extraction runs, with the same outcome: pikepdf opens the file and
+    walks its page tree (`_structure`), then pdfminer reads the document (xref, trailer, object graph as
+    far as the catalog) and walks its page tree (`_document_pages`), as `_layout` does before the first
+    page. What it does NOT check is content: no content stream, font, image or Form XObject is read,
+    so a decompression bomb, recursive XObjects, pages whose content pdfminer cannot interpret (more
+    than `MAX_FAILED_PAGE_SHARE` of them refuse the file) and a missing text layer (``no_text``) pass
+    inspection and are found by extraction (a bomb as the pool's stall limit or deadline)."""
+    pages, outline, version = _with_repair(_inspect, data)
     return PdfInspection(pages=pages, encrypted=False, has_outline=bool(outline), pdf_version=version)
+
+
+def _inspect(data: bytes) -> tuple[int, list[_Entry], str]:
+    found = _structure(data)
+    _document_pages(data)
+    return found
+
+
+def _document_pages(data: bytes) -> int:
+    """The pages pdfminer finds, counted as `_layout` finds them (up to `MAX_PAGES` + 1), reading no
+    content: its failures to read the document are extraction's, refused the same way."""
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfpage import PDFPage
+    from pdfminer.pdfparser import PDFParser
+
+    count = 0
+    try:
+        for _ in PDFPage.create_pages(PDFDocument(PDFParser(io.BytesIO(data)))):
+            count += 1
+            if count > MAX_PAGES:
+                break
+    except MemoryError:
+        raise
+    except RecursionError:  # as in `_layout`: an xref /Prev loop, a page tree nested without end
+        raise _Repairable("pdfminer cannot read it: RecursionError") from None
+    except Exception as exc:
+        raise PdfRefused("pdf_unreadable", f"pdfminer cannot read it: {type(exc).__name__}") from None
+    return count
 
 
 def _structure(data: bytes) -> tuple[int, list[_Entry], str]:
@@ -501,9 +546,11 @@ def _attach_marks(lines: list[_Line]) -> list[_Line]:
     return kept
 
 
-def _layout(data: bytes, first: int, end: int | None) -> list[list[_Line]]:
+def _layout(data: bytes, first: int, end: int | None, progress: Progress = None) -> list[list[_Line]]:
     """Each page's lines from ``first`` to ``end`` (exclusive). A page whose content pdfminer cannot
-    interpret contributes no lines; more than `MAX_FAILED_PAGE_SHARE` of them refuses the file."""
+    interpret contributes no lines; more than `MAX_FAILED_PAGE_SHARE` of them refuses the file.
+    ``progress`` hears ``"document"`` once pdfminer has read the document and ``"page"`` after each
+    page of the range (read or failed)."""
     from pdfminer.converter import PDFPageAggregator
     from pdfminer.layout import LAParams
     from pdfminer.pdfdocument import PDFDocument
@@ -518,6 +565,7 @@ def _layout(data: bytes, first: int, end: int | None) -> list[list[_Line]]:
         manager = PDFResourceManager(caching=True)
         device = PDFPageAggregator(manager, laparams=LAParams(all_texts=True))
         interpreter = PDFPageInterpreter(manager, device)
+        _tell(progress, "document")
         for index, page in enumerate(PDFPage.create_pages(document)):
             if index < first:
                 continue
@@ -531,6 +579,7 @@ def _layout(data: bytes, first: int, end: int | None) -> list[list[_Line]]:
             except Exception as exc:  # PSEOF, PDFSyntaxError, RecursionError, KeyError, ...: this page only
                 failed.append(type(exc).__name__)
                 pages.append([])
+            _tell(progress, "page")
     except MemoryError:
         raise
     except RecursionError:  # an xref /Prev chain that loops, a page tree nested without end: `_repair`
@@ -709,7 +758,7 @@ def _render(page: _Page) -> str:
     return "\n\n".join(blocks) + "\n\n\f\n\n" if blocks else "\f\n\n"
 
 
-def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None) -> str:
+def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None, progress: Progress = None) -> str:
     """The PDF's text as Markdown with headings (see the module docstring). Inspection comes first:
     pikepdf decides encryption (refused), readability, size and the outline; then pdfminer.six
     extracts the text. Refuses ``pdf_encrypted``, ``pdf_unreadable``, ``pdf_too_large`` and
@@ -719,16 +768,21 @@ def extract_pdf_text(data: bytes, pages: tuple[int, int] | None = None) -> str:
     runs two ranges at once). A range without text returns only its pages' form feeds (blank to
     ``str.strip``): the caller, which joins the ranges, decides ``no_text``.
 
-    A file refused for a loop in its structure is extracted from pikepdf's repair (`_with_repair`)."""
-    return _with_repair(lambda pdf: _extract(pdf, pages), data)
+    A file refused for a loop in its structure is extracted from pikepdf's repair (`_with_repair`).
+
+    ``progress`` (the parser child's progress lines) hears ``"pages N"`` once pikepdf has counted
+    the pages to extract, ``"document"`` once pdfminer has read the document, then ``"page"`` after
+    each page; it never changes the text."""
+    return _with_repair(lambda pdf: _extract(pdf, pages, progress), data)
 
 
-def _extract(data: bytes, pages: tuple[int, int] | None) -> str:
+def _extract(data: bytes, pages: tuple[int, int] | None, progress: Progress = None) -> str:
     count, outline, _ = _structure(data)
     first, end = pages if pages is not None else (0, count)
     if pages is not None and not 0 <= first < min(end, count):
         raise ValueError(f"page range {pages} is not within the PDF's {count} pages")
-    lines = _layout(data, first, end)
+    _tell(progress, f"pages {min(end, count) - first}")
+    lines = _layout(data, first, end, progress)
     if not any(_is_text(line.text) for page_lines in lines for line in page_lines):
         if pages is not None:
             return "\f\n\n" * len(lines)

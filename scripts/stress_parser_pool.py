@@ -3,6 +3,17 @@ cancellations and deadlines; then print jobs run, outcomes by reason, pages/s, p
 leaked processes (must be 0). Exits non-zero on a leak.
 
     .venv/bin/python scripts/stress_parser_pool.py [--rounds 3] [--loop trio|asyncio] [--seed 1]
+
+``--hostile-mix`` instead submits, all at once on one loop, ``--bombs`` (4) decompression bombs ahead
+of ``--texts`` (20) ordinary text PDFs (the corpus's ``text`` and ``nonlatin`` rows whose expected
+outcome is text, cycled), each with the pool's default extraction deadline, and prints text PDFs ok /
+timed out / other, bombs by outcome, the most children alive at once and the wall time. Exits non-zero
+on a leak, a text PDF that did not extract, a bomb that was not refused, or more than two children.
+No corpus bomb stalls a slot (the slowest, ``pdfjs__bug1978317.pdf``, takes ~8 s alone), so the bombs
+are made here, by MANIFEST-style kind: ``flate-ops`` is a ~0.1 MB PDF whose one content stream inflates
+to 100 MiB of ``q Q`` operators (pdfminer interprets it for minutes, within the memory limit).
+
+    .venv/bin/python scripts/stress_parser_pool.py --hostile-mix [--loop trio|asyncio]
 """
 
 from __future__ import annotations
@@ -11,12 +22,15 @@ import argparse
 import collections
 import contextlib
 import csv
+import io
 import random
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import anyio
+import pikepdf
 import psutil
 
 from parsers.base import ExtractionRefused
@@ -83,13 +97,96 @@ async def run(args: argparse.Namespace) -> int:
     return 1 if leaked else 0
 
 
+def flate_ops_bomb(mib: int = 100, unit: bytes = b"q Q ") -> bytes:
+    """A ~0.1 MB one-page PDF whose content stream inflates to ``mib`` MiB of ``unit`` operators:
+    small enough for the memory limit, far too many operators for any deadline."""
+    deflate = zlib.compressobj(9)
+    chunk = unit * ((1 << 20) // len(unit))
+    compressed = b"".join([*(deflate.compress(chunk) for _ in range(mib)), deflate.flush()])
+    pdf = pikepdf.new()
+    page = pdf.add_blank_page(page_size=(612, 792))
+    stream = pdf.make_stream(b"")
+    stream.write(compressed, filter=pikepdf.Name.FlateDecode)
+    page.Contents = stream
+    buf = io.BytesIO()
+    pdf.save(buf, stream_decode_level=pikepdf.StreamDecodeLevel.none)
+    return buf.getvalue()
+
+
+async def hostile_mix(args: argparse.Namespace) -> int:
+    """Bombs and text PDFs submitted together on one loop; see the module docstring."""
+    with (PDFS / "MANIFEST.tsv").open(encoding="utf-8") as fh:
+        rows = [row for row in csv.DictReader(fh, delimiter="\t")
+                if row["category"] in ("text", "nonlatin") and row["expected"] == "text"]
+    texts = [(PDFS / rows[i % len(rows)]["file"]).read_bytes() for i in range(args.texts)]
+    bomb = flate_ops_bomb()
+    pool = ParserPool()
+    text_outcomes: collections.Counter[str] = collections.Counter()
+    bomb_outcomes: collections.Counter[str] = collections.Counter()
+    bomb_messages: set[str] = set()
+    peak = 0
+    me = psutil.Process()
+
+    def alive() -> int:
+        count = 0
+        for child in me.children():
+            with contextlib.suppress(psutil.Error):
+                count += child.status() != psutil.STATUS_ZOMBIE
+        return count
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, alive(), len(pool.live))
+            await anyio.sleep(0.01)
+
+    async def job(data: bytes, into: collections.Counter[str], messages: set[str] | None) -> None:
+        try:
+            await pool.extract(data)
+            into["text"] += 1
+        except ExtractionRefused as exc:
+            into[exc.reason] += 1
+            if messages is not None:
+                messages.add(f"{exc.reason}: {exc}"[:120])
+
+    began = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        tg.start_soon(pool.keep_spares)
+        async with anyio.create_task_group() as jobs:
+            for _ in range(args.bombs):
+                jobs.start_soon(job, bomb, bomb_outcomes, bomb_messages)
+            for data in texts:
+                jobs.start_soon(job, data, text_outcomes, None)
+        tg.cancel_scope.cancel()
+    elapsed = time.perf_counter() - began
+    await anyio.sleep(0.2)
+    leaked = [c.pid for c in me.children(recursive=True)] + sorted(pool.live)
+    other = args.texts - text_outcomes["text"] - text_outcomes["pdf_timeout"]
+    refused = {reason: n for reason, n in bomb_outcomes.items() if reason != "text"}
+    print(f"hostile mix, loop={args.loop}: {args.bombs} bombs (flate-ops) + {args.texts} text PDFs, all at once")
+    print("| loop | text ok | text timed out | text other | bombs refused (by reason) | bombs not refused "
+          "| max children | wall s | leaked |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| {args.loop} | {text_outcomes['text']} | {text_outcomes['pdf_timeout']} | {other} "
+          f"| {sum(refused.values())} ({', '.join(f'{k} {v}' for k, v in sorted(refused.items()))}) "
+          f"| {bomb_outcomes['text']} | {peak} | {elapsed:.1f} | {len(leaked)} |")
+    for message in sorted(bomb_messages):
+        print(f"  bomb: {message}")
+    good = (not leaked and text_outcomes["text"] == args.texts and not bomb_outcomes["text"] and peak <= 2)
+    return 0 if good else 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hostile-mix", action="store_true", help="bombs and text PDFs at once (see above)")
+    parser.add_argument("--bombs", type=int, default=4)
+    parser.add_argument("--texts", type=int, default=20)
     args = parser.parse_args()
-    sys.exit(anyio.run(run, args, backend=args.loop))
+    sys.exit(anyio.run(hostile_mix if args.hostile_mix else run, args, backend=args.loop))
 
 
 if __name__ == "__main__":

@@ -105,19 +105,95 @@ async def test_cancelling_a_job_kills_and_reaps_its_child_before_the_next_starts
 
 
 @pytest.mark.anyio
-async def test_deadline_includes_time_queued_for_a_slot(anyio_backend_name: str) -> None:
+async def test_the_deadline_does_not_count_time_queued_for_a_slot(anyio_backend_name: str) -> None:
     pool = fake_pool()
     async with anyio.create_task_group() as tg:
         tg.start_soon(pool.extract, b"sleep 1.5")
         tg.start_soon(pool.extract, b"sleep 1.5")
         await anyio.sleep(0.2)
-        with pytest.raises(ParserFailure) as failed:
-            # 1.0 s of work would fit a 2.2 s deadline alone; after ~1.3 s in the queue it cannot.
-            await pool.extract(b"sleep 1.0", deadline=2.2)
-    assert failed.value.reason == "pdf_timeout"
+        # ~1.3 s in the queue, then 1.0 s of work: more than the 2.0 s deadline in all, within it run alone.
+        assert await pool.extract(b"sleep 1.0", deadline=2.0) == "done sleep"
     late = pool.history[2]
-    assert late.waited >= 1.0 and late.outcome == "pdf_timeout" and gone(late.pid)
-    assert await pool.extract(b"sleep 1.0", deadline=2.2) == "done sleep"  # alone, it fits
+    assert late.waited >= 1.0 and late.outcome == "ok" and gone(late.pid)
+    with pytest.raises(ParserFailure) as failed:  # the deadline still bounds the child's own run
+        await pool.extract(b"sleep 3", deadline=1.0)
+    assert failed.value.reason == "pdf_timeout" and "deadline" in failed.value.message
+    assert gone(pool.history[-1].pid) and pool.live == set()
+
+
+def stalled_helpers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and
+            "time.sleep(600)" in " ".join(p.info["cmdline"]) and running(p)]
+
+
+@pytest.mark.anyio
+async def test_a_stalled_child_is_killed_within_the_stall_limit_and_its_group_reaped(anyio_backend_name: str) -> None:
+    pool = fake_pool(stall_seconds=1.0)
+    began = anyio.current_time()
+    with pytest.raises(ParserFailure) as failed:
+        await pool.extract(b"stall 30", deadline=30.0)
+    took = anyio.current_time() - began
+    assert failed.value.reason == "pdf_timeout" and failed.value.transient
+    assert "stalled" in failed.value.message
+    record = pool.history[0]
+    assert record.stalled and record.outcome == "pdf_timeout" and record.pages == 1 and record.progress == 1
+    assert 1.0 <= took < 4.0  # the stall limit (plus start-up and reaping), not the 30 s deadline
+    assert gone(record.pid) and not stalled_helpers() and pool.live == set()
+
+
+@pytest.mark.anyio
+async def test_a_child_that_keeps_reporting_progress_is_not_killed_as_stalled(anyio_backend_name: str) -> None:
+    pool = fake_pool(stall_seconds=1.0)
+    # 3 s of work, a page every 0.4 s: three times the stall limit, never a 1 s gap.
+    assert await pool.extract(b"progress 8 0.4", deadline=20.0) == "done progress"
+    record = pool.history[0]
+    assert record.outcome == "ok" and record.progress == 8 and not record.stalled
+    with pytest.raises(ParserFailure) as failed:  # progress does not extend the deadline itself
+        await pool.extract(b"progress 20 0.3", deadline=2.0)
+    assert failed.value.reason == "pdf_timeout" and "deadline" in failed.value.message
+    assert not pool.history[-1].stalled and pool.live == set()
+
+
+@pytest.mark.anyio
+async def test_inspection_is_not_watched_for_progress(anyio_backend_name: str) -> None:
+    pool = fake_pool(stall_seconds=0.5)
+    assert await pool.inspect(b"sleep 1.2") == {"pages": 1}  # no progress lines, longer than the stall limit
+
+
+@pytest.mark.anyio
+async def test_stalled_children_give_their_slots_back_and_the_cap_holds(anyio_backend_name: str) -> None:
+    """Four stalling children and six honest ones at once: the honest ones all finish, at most two
+    children ever exist, and each stalled one held its slot for about the stall limit."""
+    pool = fake_pool(stall_seconds=1.0)
+    me = psutil.Process()
+    os_counts: list[int] = []
+    results: list[str] = []
+    pool.on_spawn = lambda record: os_counts.append(len(pool.live))
+
+    async def sample() -> None:
+        while True:
+            os_counts.append(live_children(me))
+            await anyio.sleep(0.02)
+
+    async def one(payload: bytes) -> None:
+        try:
+            results.append(await pool.extract(payload, deadline=3.0))
+        except ParserFailure as failure:
+            results.append(failure.reason)
+
+    began = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        async with anyio.create_task_group() as jobs:
+            for _ in range(4):
+                jobs.start_soon(one, b"stall 30")
+            for _ in range(6):
+                jobs.start_soon(one, b"progress 3 0.1")
+        tg.cancel_scope.cancel()
+    assert sorted(results) == ["done progress"] * 6 + ["pdf_timeout"] * 4
+    assert max(os_counts) <= 2
+    assert anyio.current_time() - began < 12  # 4 stalls x ~1 s over 2 slots, not 4 x 3 s deadlines
+    assert pool.live == set() and not stalled_helpers()
 
 
 @pytest.mark.anyio

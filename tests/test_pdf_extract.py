@@ -28,7 +28,7 @@ from pikepdf import Dictionary, Name
 
 from knowledge.normalize import normalize
 from parsers import pdf_extract
-from parsers.child import OPEN_FILES
+from parsers.child import MAX_PROGRESS_BYTES, OPEN_FILES
 from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
 from tests.conftest import corpus_missing
 
@@ -333,9 +333,19 @@ def run_child(payload: bytes, *args: str, timeout: float = 60) -> subprocess.Com
     return subprocess.run([*CHILD, *args], input=payload, capture_output=True, timeout=timeout, cwd=ROOT)
 
 
+PROGRESS_LINE = re.compile(rb"~(?:pages \d+|document|page)\n")
+
+
 def one_result(done: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
+    """The child's one JSON object, after its progress lines (``~...``, extract only), which must be
+    well formed and at most `MAX_PROGRESS_BYTES` each."""
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-    result: dict[str, Any] = json.loads(done.stdout.decode("utf-8"))  # exactly one JSON object, nothing else
+    out = done.stdout
+    while out.startswith(b"~"):
+        line = PROGRESS_LINE.match(out)
+        assert line is not None and len(line.group()) <= MAX_PROGRESS_BYTES, out[:80]
+        out = out[line.end():]
+    result: dict[str, Any] = json.loads(out.decode("utf-8"))  # then exactly one JSON object, nothing else
     return result
 
 
@@ -454,7 +464,7 @@ def test_child_address_space_limit_turns_a_decompression_bomb_into_a_result() ->
     # the allocation killed the process, a death the pool reports the same way). Without the limit
     # the child inflates it all and answers no_text after ~5 s. Never text.
     if done.returncode == 0:
-        assert json.loads(done.stdout) == {"ok": False, "reason": "pdf_killed",
+        assert one_result(done) == {"ok": False, "reason": "pdf_killed",
                                            "message": "the parse exceeded its memory limit"}
     else:
         assert done.returncode < 0

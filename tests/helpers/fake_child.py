@@ -1,7 +1,9 @@
 """A stand-in parser child for the pool's supervision tests: it speaks the child protocol
 (a JSON header line, then the payload on stdin; one JSON result on stdout) and does what the
 payload says: ``sleep N``, ``crash``, ``grandchild N`` (start a sleeping helper in its group,
-then sleep N), ``spin`` (burn CPU), or ``ok``."""
+then sleep N), ``spin`` (burn CPU), ``progress N S`` (N progress lines ``~page``, one every S
+seconds, as the real child reports pages), ``stall N`` (report ``~pages 1``, start a sleeping helper
+in its group, then sleep N with no more progress), or ``ok``."""
 
 from __future__ import annotations
 
@@ -22,6 +24,17 @@ def main() -> None:
     elif verb == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
     elif verb == "grandchild":
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(json.dumps({"grandchild": helper.pid}), file=sys.stderr, flush=True)
+        time.sleep(float(command[1]))
+    elif verb == "progress":
+        for _ in range(int(command[1])):
+            time.sleep(float(command[2]))
+            sys.stdout.write("~page\n")
+            sys.stdout.flush()
+    elif verb == "stall":
+        sys.stdout.write("~pages 1\n")
+        sys.stdout.flush()
         helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print(json.dumps({"grandchild": helper.pid}), file=sys.stderr, flush=True)
         time.sleep(float(command[1]))
