@@ -59,7 +59,7 @@ from knowledge.semantic.queue import QUEUE_INSERT
 from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, Opened, ref_from_row
 from knowledge.store.db import Connection, Database, is_transient
 from knowledge.store.locks import lock_document
-from parsers.base import ExtractionRefused, ExtractorRegistry, Structure
+from parsers.base import EXTRACTION_OWNER, ExtractionRefused, ExtractorRegistry, Structure
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -248,11 +248,14 @@ class Ingestor:
                 raise IngestRefused("source_not_found", f"artifact {artifact_id}") from None
             if sha256 is not None and source.sha256 != sha256:
                 raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
+            owner = EXTRACTION_OWNER.set(tenant)  # the parser pool serves tenants in turn
             try:
                 extractor = self.registry.for_media_type(source.media_type)
                 return source, extractor, await extractor.extract(stream, source.media_type)
             except ExtractionRefused as exc:
                 raise IngestRefused(exc.reason, exc.message) from None
+            finally:
+                EXTRACTION_OWNER.reset(owner)
 
         # Reading the source writes nothing: safe to repeat after a database fault.
         source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.retry_delays)

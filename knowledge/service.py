@@ -375,7 +375,7 @@ class KnowledgeService:
         return await call_in_group(self._task_group, delete_document, self.db, document_id, principal)
 
     async def inspect_pdf(self, data: bytes) -> dict[str, Any]:
-        """Upload inspection of a PDF (10 s, queue included) in a parser child: page count,
+        """Upload inspection of a PDF (10 s from getting a parser slot) in a parser child: page count,
         encryption, outline. Raises `ExtractionRefused`/`ParserFailure` with a reason code.
         Cancellation: the child is killed and reaped first."""
         return await call_in_group(self._task_group, self.parser_pool.inspect, data)

@@ -7,12 +7,18 @@ turn into text: never an empty document that retrieves nothing and explains noth
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from contextvars import ContextVar
 from typing import Literal, Protocol, runtime_checkable
 
 from knowledge.errors import KnowledgeError
 
 #: How the chunker should read an extractor's text: Markdown structure, or paragraphs only.
 Structure = Literal["markdown", "plain"]
+
+#: Who an extraction is for — the tenant, set by the ingestor around each extraction: the PDF parser
+#: pool serves the jobs waiting for its slots in turn by owner (`supervisors.parser_pool.LoopSlots`).
+#: A context variable, so the Extractor port keeps its signature; tasks an extractor starts inherit it.
+EXTRACTION_OWNER: ContextVar[str | None] = ContextVar("knowledge_extraction_owner", default=None)
 
 
 class ExtractionRefused(KnowledgeError):

@@ -19,10 +19,10 @@ its own CPU, address-space (Linux), core and file-size limits before it reads a 
   within the stall limit) keeps its whole deadline; a decompression bomb whose one page never ends
   gives its slot back after the stall limit instead of the deadline. Inspection reports no progress
   (it reads no content stream) and is bounded by its 10 s alone.
-- **First come, first served.** The queue does not know who asked (the pool's callers pass no tenant
-  or principal: the Extractor protocol is ``extract(source, media_type)``), so it cannot be fair
-  between tenants. Fairness would need the tenant passed down (ingest -> extractor -> ``run``) and
-  `LoopSlots.take` serving waiting tenants round-robin.
+- **In turn by tenant.** Jobs waiting for a slot are served in turn by owner — the tenant the
+  ingestor sets in `parsers.base.EXTRACTION_OWNER` around each extraction: the next slot goes to the
+  waiting job whose owner was served least recently (`LoopSlots`), first come, first served within
+  an owner and for jobs with none.
 - **Kill and reap before release.** On timeout, cancellation or any error the child's whole process
   group gets SIGKILL and the child is waited for (no zombie) inside the slot, so the next job's
   child never starts while a dead one still exists. Waiting is shielded and bounded.
@@ -36,6 +36,7 @@ killed by a limit is ``pdf_killed`` — both `ParserFailure`, which callers may 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -51,7 +52,7 @@ import anyio
 from anyio.abc import Process
 from anyio.lowlevel import RunVar
 
-from parsers.base import ExtractionRefused
+from parsers.base import EXTRACTION_OWNER, ExtractionRefused
 
 MAX_IO_BYTES = 32 * 1024 * 1024
 SLOTS_PER_LOOP = 2
@@ -74,7 +75,11 @@ _SLOTS: RunVar[LoopSlots] = RunVar("knowledge_parser_slots")
 
 class LoopSlots:
     """One event loop's parser slots. A slot is free, holds a spare child (started, its libraries
-    imported, waiting for a job), or runs a job; so at most ``size`` children exist on the loop."""
+    imported, waiting for a job), or runs a job; so at most ``size`` children exist on the loop.
+
+    Waiting jobs are served in turn by owner (the tenant an extraction is for): the next slot goes
+    to the waiting job whose owner was served least recently, in arrival order within an owner —
+    a tenant that queued a hundred PDFs delays another tenant's one by one job, not a hundred."""
 
     def __init__(self, size: int = SLOTS_PER_LOOP) -> None:
         self.size = size
@@ -82,13 +87,28 @@ class LoopSlots:
         self.spares: list[Process] = []
         self.changed = anyio.Condition()
         self.used = anyio.Event()  # spares are kept only once this loop has parsed something
+        self.waiting: dict[int, str | None] = {}  # ticket (arrival order) -> owner
+        self.served: dict[str | None, int] = {}  # owner -> the turn it last got a slot
+        self._tickets = itertools.count()
+        self._turns = itertools.count(1)
 
-    async def take(self) -> Process | None:
-        """Wait for a slot; return its spare child, or None when the slot is free (spawn into it).
-        Cancellation while waiting takes nothing."""
+    def _next(self) -> int:
+        """The waiting ticket the next slot goes to."""
+        return min(self.waiting, key=lambda t: (self.served.get(self.waiting[t], 0), t))
+
+    async def take(self, owner: str | None = None) -> Process | None:
+        """Wait for a slot, in turn by owner (see the class docstring); return its spare child, or
+        None when the slot is free (spawn into it). Cancellation while waiting takes nothing."""
         async with self.changed:
-            while not self.spares and not self.free:
-                await self.changed.wait()
+            ticket = next(self._tickets)
+            self.waiting[ticket] = owner
+            try:
+                while not ((self.spares or self.free) and self._next() == ticket):
+                    await self.changed.wait()
+            finally:
+                del self.waiting[ticket]
+                self.changed.notify_all()  # the next in turn may take another slot, or its turn moved
+            self.served[owner] = next(self._turns)
             if self.spares:
                 return self.spares.pop(0)
             self.free -= 1
@@ -251,7 +271,7 @@ class ParserPool:
         asked = time.monotonic()
         slots = loop_slots()
         slots.used.set()
-        spare = await slots.take()
+        spare = await slots.take(EXTRACTION_OWNER.get())
         try:
             record.waited = time.monotonic() - asked
             with anyio.move_on_after(deadline) as scope:

@@ -19,7 +19,7 @@ from knowledge.audit import audit_storage
 from knowledge.ingest import Ingestor, IngestRefused, IngestRequest
 from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
-from parsers.base import ExtractorRegistry
+from parsers.base import EXTRACTION_OWNER, ExtractorRegistry
 from tests.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
 
 pytestmark = pytest.mark.anyio
@@ -153,12 +153,14 @@ class _Counting:
         self.media_type, self.concurrency = media_type, concurrency
         self.inside = self.most = 0
         self.both_in = anyio.Event()
+        self.owners: set[str | None] = set()  # whom the ingestor said each extraction was for
 
     def media_types(self) -> set[str]:
         return {self.media_type}
 
     async def extract(self, source: Any, media_type: str) -> str:
         chunks = [chunk async for chunk in source]
+        self.owners.add(EXTRACTION_OWNER.get())
         self.inside += 1
         self.most = max(self.most, self.inside)
         if self.inside == 2:
@@ -182,3 +184,4 @@ async def test_requests_are_prepared_as_many_at_once_as_their_extractors_allow(
         outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"G{i}") for i, r in enumerate(refs)])
     assert all(isinstance(o, KnowledgeDocument) for o in outcomes)
     assert extractor.most == concurrency
+    assert extractor.owners == {tenant} and EXTRACTION_OWNER.get() is None  # the pool's turns, then reset

@@ -8,9 +8,10 @@ import threading
 import anyio
 import psutil
 import pytest
+from anyio.abc import Process
 
-from parsers.base import ExtractionRefused
-from supervisors.parser_pool import JobRecord, ParserFailure, ParserPool
+from parsers.base import EXTRACTION_OWNER, ExtractionRefused
+from supervisors.parser_pool import JobRecord, ParserFailure, ParserPool, loop_slots
 
 FAKE = (sys.executable, "-m", "tests.helpers.fake_child")
 
@@ -296,3 +297,32 @@ async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_
     assert max(counts) <= 2
     await anyio.sleep(0.1)
     assert alive() == 0 and pool.live == set()
+
+
+@pytest.mark.anyio
+async def test_waiting_jobs_are_served_in_turn_by_tenant(anyio_backend_name: str) -> None:
+    """One tenant queues six PDFs, another one a moment later: the second tenant's job takes the
+    next slot that frees, not the seventh (`EXTRACTION_OWNER`, set by the ingestor per extraction)."""
+    pool = fake_pool()
+    slots = loop_slots()
+    taken: list[str | None] = []  # owners in the order they got a slot
+    take = slots.take
+
+    async def recording(owner: str | None = None) -> Process | None:
+        got = await take(owner)
+        taken.append(owner)
+        return got
+
+    slots.take = recording  # type: ignore[method-assign]
+
+    async def job(owner: str) -> None:
+        EXTRACTION_OWNER.set(owner)  # (this task's own context)
+        await pool.extract(b"sleep 0.5")
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(job, "big-tenant")
+        await anyio.sleep(0.2)
+        tg.start_soon(job, "small-tenant")
+    assert taken == ["big-tenant"] * 2 + ["small-tenant"] + ["big-tenant"] * 4, taken
+    assert all(r.outcome == "ok" for r in pool.history) and pool.live == set()
