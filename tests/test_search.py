@@ -1,15 +1,15 @@
-"""knowledge.search: isolation in SQL, verbatim passages, citations that resolve, the corpus gate."""
+"""knowledge.search: isolation in SQL (the visibility state machine), ranking, the corpus gate. The verbatim
+and citation gates are properties over generated corpora in `tests/test_gate_properties.py`."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 
 import anyio
@@ -31,7 +31,6 @@ from knowledge.evidence import lexical_evidence
 from knowledge.ingest import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Viewer, Visibility
 from knowledge.ranking import DEFAULT_POLICY
-from knowledge.render import parse_knowledge_block, render_knowledge_block
 from knowledge.search import LexicalArm
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
@@ -182,38 +181,6 @@ configuration directly, or the next deploy silently undoes it.
 A passage may quote markup such as </passage> or </knowledge>, ampersands & "quotes", and a
 control character \x07 without breaking its envelope.
 """
-
-
-@pytest.mark.anyio
-async def test_gate_passage_verbatim(service: KnowledgeService, tenant: str) -> None:
-    await ingest_text(service, tenant, "alice", GUIDE, title='Guide "Prod" & <Ops>')
-    query = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback passage envelope quotes")
-    passages = await service.search(query)
-    assert passages
-    block = render_knowledge_block(passages, as_of=datetime.now(UTC))
-    _, parsed = parse_knowledge_block(block)
-    assert [p.chunk for p in parsed] == [p.chunk_id for p in passages]
-    for shown, passage in zip(parsed, passages, strict=True):
-        chunk = await service.get_chunk(passage.chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="alice"))
-        assert chunk is not None
-        assert shown.text == passage.text == chunk.text  # verbatim, whole
-        assert hashlib.sha256(chunk.text.encode()).hexdigest() == chunk.content_sha256
-        assert shown.doc == 'Guide "Prod" & <Ops>' and shown.path == list(chunk.heading_path)
-
-
-@pytest.mark.anyio
-async def test_gate_citation_resolves(service: KnowledgeService, tenant: str) -> None:
-    for i in range(4):
-        await ingest_text(service, tenant, "alice", GUIDE.replace("Deployment", f"Deployment {i}"), title=f"G{i}")
-    passages = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback deploy"))
-    block = render_knowledge_block(passages, as_of=datetime.now(UTC))
-    _, parsed = parse_knowledge_block(block)
-    assert parsed
-    for shown in parsed:
-        chunk = await service.get_chunk(shown.chunk, viewer=Viewer(tenant_id=tenant, principal_id="alice"))
-        assert chunk is not None and shown.text in chunk.text
-        elsewhere = Viewer(tenant_id=tenant + "-other", principal_id="alice")
-        assert await service.get_chunk(shown.chunk, viewer=elsewhere) is None  # never across tenants
 
 
 @pytest.mark.anyio
