@@ -109,3 +109,16 @@ def corpus_missing(path: Path) -> bool:
     """Skip a test that needs ``../shared/corpus`` where it is absent — except under CI, where the
     test runs and fails: a missing corpus there is a broken checkout, not a reason to skip."""
     return not path.exists() and not os.environ.get("CI")
+
+
+#: The shared corpus beside the clone (``../shared/corpus``): real documents for the corpus tests.
+SHARED_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say once, at the top of the run, whether the corpus tests can run (each skip repeats it)."""
+    if SHARED_CORPUS.exists():
+        return f"corpus: {SHARED_CORPUS}"
+    if os.environ.get("CI"):
+        return f"corpus: {SHARED_CORPUS} is MISSING — under CI the tests that need it fail"
+    return f"corpus: {SHARED_CORPUS} is missing — the tests that need it are skipped (clone ../shared beside this)"
