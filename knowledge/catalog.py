@@ -465,7 +465,9 @@ class Catalog:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def _read(self, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    async def read(self, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``fn(db, *args, **kwargs)`` — any one-statement read of this database — retried on a
+        transient error as ``name`` (`knowledge.cli.stats_cmd` reads the metrics this way)."""
         from knowledge.retry import retry_transient
 
         return await retry_transient(name, functools.partial(fn, self.db, *args, **kwargs))
@@ -473,35 +475,35 @@ class Catalog:
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
                         limit: int | None = None, title: str | None = None,
                         since: datetime | None = None) -> list[DocumentSummary]:
-        return await self._read("documents", list_documents, tenant_id, project=project, ingested_by=ingested_by,
+        return await self.read("documents", list_documents, tenant_id, project=project, ingested_by=ingested_by,
                                 limit=limit, title=title, since=since)
 
     async def document(self, tenant_id: str, document_id: UUID) -> DocumentDetail | None:
-        return await self._read("document", document_detail, tenant_id, document_id)
+        return await self.read("document", document_detail, tenant_id, document_id)
 
     async def document_versions(self, tenant_id: str, document_id: UUID) -> list[VersionInfo]:
-        return await self._read("document_versions", document_versions, tenant_id, document_id)
+        return await self.read("document_versions", document_versions, tenant_id, document_id)
 
     async def get_chunk(self, tenant_id: str, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
-        return await self._read("get_chunk", resolve_chunk, tenant_id, chunk_id)
+        return await self.read("get_chunk", resolve_chunk, tenant_id, chunk_id)
 
     async def viewed_chunk(self, viewer: Viewer, chunk_id: str) -> KnowledgeChunk | DeletedChunk | None:
-        return await self._read("viewed_chunk", viewed_chunk, viewer, chunk_id)
+        return await self.read("viewed_chunk", viewed_chunk, viewer, chunk_id)
 
     async def resolve_citation(self, tenant_id: str, chunk_id: str) -> Citation | DeletedChunk | None:
-        return await self._read("resolve_citation", resolve_citation, tenant_id, chunk_id)
+        return await self.read("resolve_citation", resolve_citation, tenant_id, chunk_id)
 
     async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
-        return await self._read("document_ids_starting", document_ids_starting, tenant_id, prefix)
+        return await self.read("document_ids_starting", document_ids_starting, tenant_id, prefix)
 
     async def tenants(self) -> list[TenantSummary]:
-        return await self._read("tenants", tenants)
+        return await self.read("tenants", tenants)
 
     async def tenant_known(self, tenant_id: str) -> bool:
-        return await self._read("tenant_known", tenant_known, tenant_id)
+        return await self.read("tenant_known", tenant_known, tenant_id)
 
     async def corpus_size(self, tenant_id: str) -> CorpusSize:
-        return await self._read("corpus_size", corpus_size, tenant_id)
+        return await self.read("corpus_size", corpus_size, tenant_id)
 
     async def citation_counts(self, tenant_id: str) -> CitationCounts | None:
-        return await self._read("citation_counts", citation_counts, tenant_id)
+        return await self.read("citation_counts", citation_counts, tenant_id)

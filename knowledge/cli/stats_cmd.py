@@ -9,9 +9,7 @@ turn was traced.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -26,7 +24,6 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
     from knowledge.semantic.queue import Backlog
 
 NO_TRACES = "n/a (no turns traced)"
-T = TypeVar("T")
 
 
 def stats(ctx: typer.Context) -> int:
@@ -43,19 +40,15 @@ def stats(ctx: typer.Context) -> int:
         version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
         from knowledge.attachments import AttachmentQueue
         from knowledge.metrics import budget_pressure, ingest_stats
-        from knowledge.retry import retry_transient
         from knowledge.semantic.queue import queue_backlog
 
         async with open_reader(opts) as cat:
-            def read(name: str, fn: Callable[..., Awaitable[T]], *args: Any) -> Awaitable[T]:
-                return retry_transient(name, functools.partial(fn, *args))
-
-            return (await cat.corpus_size(opts.tenant), await read("ingest_stats", ingest_stats, cat.db, opts.tenant),
-                    await read("budget_pressure", budget_pressure, cat.db, opts.tenant),
+            return (await cat.corpus_size(opts.tenant), await cat.read("ingest_stats", ingest_stats, opts.tenant),
+                    await cat.read("budget_pressure", budget_pressure, opts.tenant),
                     await cat.citation_counts(opts.tenant),
-                    await read("attachment_overview", AttachmentQueue(cat.db).overview, opts.tenant),
-                    await read("queued_for", queue_backlog, cat.db, version, opts.tenant)
-                    if version is not None else None)
+                    await cat.read("attachment_overview", lambda db, tenant: AttachmentQueue(db).overview(tenant),
+                                   opts.tenant),
+                    await cat.read("queued_for", queue_backlog, version, opts.tenant) if version is not None else None)
 
     corpus, ingest, pressure, citations, attachments, backlog = opts.run(run, read_only=True)
     traced = pressure.turns > 0
