@@ -57,7 +57,7 @@ class Settings(BaseModel):
     #: How often the service's own sweeper collects expired artifacts; None disables it.
     sweep_interval_seconds: float | None = Field(default=300.0, gt=0)
     #: Attachment workers (owner-sent attachments, ADR-0120) the service runs in its own task group,
-    #: beside the artifact sweeper under one supervisor; 0: none here (e.g. `python -m knowledge.worker`
+    #: beside the artifact sweeper under one supervisor; 0: none here (e.g. `python -m knowledge.maintenance.worker`
     #: runs them in their own process).
     attachment_workers: int = Field(default=0, ge=0, le=64)
     #: Restrict this service's attachment workers to one tenant (a dedicated worker); None: all.
@@ -75,7 +75,7 @@ class Settings(BaseModel):
     #: One attachment's bound for reading, extracting, chunking and scanning (a batch's, that times
     #: its size); passing it is a transient failure.
     attachment_job_timeout_seconds: float = Field(default=300.0, gt=0)
-    #: Attachments a worker claims at once and ingests through the bulk path (`knowledge.ingest_bulk`):
+    #: Attachments a worker claims at once and ingests through the bulk path (`knowledge.ingest.bulk`):
     #: prepared while the previous group is written, committed in groups, each still all-or-nothing.
     attachment_batch: int = Field(default=32, ge=1, le=256)
     #: A crashed worker task restarts after this, doubling per consecutive crash up to the maximum.
@@ -102,7 +102,7 @@ class Settings(BaseModel):
     #: these 2 cores, 76-85 windows/s when the other core is idle and 43-49 when it is busy, where
     #: spinning threads fall to 7-33 (`scripts/bench_embedder.py`, README).
     embedder_threads: int = Field(default=2, ge=1, le=64)
-    #: The ranking policy's relevance floor (`knowledge.ranking.KNOWLEDGE_V2`): passages that
+    #: The ranking policy's relevance floor (`knowledge.core.ranking.KNOWLEDGE_V2`): passages that
     #: probably answer nothing are not returned, and a question nothing answers gets nothing.
     #: False returns the best passages whatever their relevance (each still carries it).
     relevance_floor: bool = True

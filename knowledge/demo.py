@@ -3,6 +3,7 @@ progress bar), print what was ingested, what was refused and why, and the chunk 
 one turn for a question — its rendered, cited <knowledge> block and the trace committed with it —
 and print the health check.
 
+    knowledge-demo FOLDER [--question TEXT]
     bash scripts/main.sh [FOLDER] [--question TEXT]   # default: ../shared/corpus/docs-etcd, else examples/docs
 
 Ingesting the same folder again finds every document already there (document ids are derived
@@ -21,8 +22,9 @@ from pathlib import Path
 import anyio
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge.errors import KnowledgeError
-from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.core.prepare import IngestRequest
+from knowledge.core.turn import TurnRequest
+from knowledge.errors import IngestRefused, KnowledgeError
 from knowledge.models import (
     ArtifactOrigin,
     KnowledgeDocument,
@@ -33,10 +35,7 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.service import KnowledgeService
-from knowledge.turn import TurnRequest
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_FOLDERS = [ROOT.parent / "shared" / "corpus" / "docs-etcd", ROOT / "examples" / "docs"]
 TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
 
@@ -120,11 +119,12 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", nargs="?", type=Path, default=None)
+    parser.add_argument("folder", type=Path, help="a folder of Markdown and text files")
     parser.add_argument("--question", default="How do I restore an etcd cluster from a snapshot?")
     args = parser.parse_args()
-    folder = args.folder or next(p for p in DEFAULT_FOLDERS if p.is_dir())
-    folder = folder.resolve()
+    folder = args.folder.resolve()
+    if not folder.is_dir():
+        parser.error(f"{args.folder} is not a folder")
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in MEDIA_TYPES and p.is_file())
     anyio.run(run, folder, files, args.question, backend="trio")
 

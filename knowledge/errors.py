@@ -51,3 +51,75 @@ class ServiceClosed(KnowledgeError):
     """The service closed before (or while) the operation ran."""
 
     reason = "service_closed"
+
+
+class DatabaseMissing(DatabaseUnavailable):
+    """The DSN names a database the server does not have."""
+
+
+class IngestRefused(KnowledgeError):
+    """An ingest refused at one of its steps. ``reason`` is the cause; for a secret, the chunk
+    that holds it is named by ordinal and heading path, never by its text."""
+
+    reason = "refused"
+
+    def __init__(self, reason: str, message: str | None = None, *, chunk_ordinal: int | None = None,
+                 heading_path: tuple[str, ...] | None = None) -> None:
+        super().__init__(reason, message)
+        self.chunk_ordinal = chunk_ordinal
+        self.heading_path = heading_path
+
+
+class ExtractionRefused(KnowledgeError):
+    """The source cannot become text: ``unsupported_media_type``, ``no_text``, ``undecodable``,
+    ``too_large``, or an adapter's own reason (``pdf_encrypted`` …)."""
+
+    reason = "extraction_refused"
+
+
+class ParserFailure(ExtractionRefused):
+    """The parse did not finish: ``pdf_timeout`` (its deadline passed, or it stalled: no progress
+    within the stall limit) or ``pdf_killed`` (the child died: a limit, a crash, a kill). Transient:
+    a retry may succeed."""
+
+    reason = "pdf_killed"
+    transient = True
+
+
+class EmbedderUnavailable(KnowledgeError):
+    """The embedder child could not answer (not started, died, overran its deadline). Transient."""
+
+    reason = "embedder_unavailable"
+    transient = True
+
+
+class DeleteRefused(KnowledgeError):
+    """``document_not_found`` or ``not_document_owner``."""
+
+    reason = "delete_refused"
+
+
+class ToolRefused(KnowledgeError):
+    """A tool call refused before any work: ``unknown_tool``, ``missing_scope``, ``origin_trust``
+    or ``invalid_arguments``."""
+
+    reason = "tool_refused"
+
+
+class ToolRegistryError(KnowledgeError):
+    """A domain that cannot be registered: ``duplicate_tool`` or ``unknown_scope``."""
+
+    reason = "tool_registry"
+
+
+class NotARegularFile(KnowledgeError):
+    reason = "not_a_regular_file"
+
+
+class ArmUnavailable(Exception):
+    """An arm cannot answer for now; the search goes on without it (see the module docstring).
+    ``error`` is the typed reason, raised should no arm answer."""
+
+    def __init__(self, error: KnowledgeError) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -159,5 +159,13 @@ class RetrievedPassage(BaseModel):
     instruction_like: bool
     tokens: int = Field(default=0, ge=0)
     #: The chance that the passage answers the query, calibrated on training questions
-    #: (`knowledge.relevance`); None under a ranking policy without a relevance model.
+    #: (`knowledge.core.relevance`); None under a ranking policy without a relevance model.
     relevance: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class DeletedChunk(BaseModel):
+    """What a citation of a deleted passage resolves to: its id, its document, when — no text."""
+
+    chunk_id: str
+    document_id: UUID
+    deleted_at: datetime

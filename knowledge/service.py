@@ -26,8 +26,15 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from knowledge import catalog, semantic
-from knowledge.attachments import (
+from knowledge import semantic
+from knowledge.config import Settings
+from knowledge.core.chunking import Chunker
+from knowledge.core.prepare import IngestRequest
+from knowledge.core.ranking import DEFAULT_POLICY
+from knowledge.core.trace import TRACE_RETENTION, PruneResult, RecallTrace, RecallTraceView, TraceRetention
+from knowledge.core.turn import TurnRequest, TurnResult
+from knowledge.errors import ConfigurationError
+from knowledge.ingest.attachments import (
     AttachmentMark,
     AttachmentQueue,
     AttachmentStatus,
@@ -36,17 +43,13 @@ from knowledge.attachments import (
     mark_attachments,
     upload_attachment,
 )
-from knowledge.catalog import DeletedChunk
-from knowledge.chunking import Chunker
-from knowledge.config import Settings
-from knowledge.errors import ConfigurationError
-from knowledge.ingest import Ingestor, IngestRequest
-from knowledge.ingest_bulk import OnDone, Outcome, ingest_many
-from knowledge.lifecycle import ConversationDeleted, delete_conversation, delete_document
-from knowledge.metrics import BudgetPressure, IngestStats, budget_pressure, ingest_stats
+from knowledge.ingest.bulk import OnDone, Outcome, ingest_many
+from knowledge.ingest.ingestor import Ingestor
+from knowledge.maintenance.worker import MaintenanceStatus, MaintenanceWorker
 from knowledge.models import (
     ArtifactRef,
     Authority,
+    DeletedChunk,
     KnowledgeChunk,
     KnowledgeDocument,
     KnowledgeQuery,
@@ -57,37 +60,27 @@ from knowledge.models import (
     Viewer,
     Visibility,
 )
-from knowledge.ranking import DEFAULT_POLICY
-from knowledge.retry import retry_transient, typed_faults
-from knowledge.search import LexicalArm, Searcher
+from knowledge.parsers.base import ExtractorRegistry
+from knowledge.parsers.pdf import PdfExtractor
+from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.retrieval.search import LexicalArm, Searcher
+from knowledge.retrieval.turn import run_turn
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
-from knowledge.semantic.store import ensure_index, table_exists
+from knowledge.store import catalog
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
+from knowledge.store.deletion import ConversationDeleted, delete_conversation, delete_document
+from knowledge.store.metrics import BudgetPressure, IngestStats, budget_pressure, ingest_stats
 from knowledge.store.migrate import applied_versions, discover, migrate
+from knowledge.store.retry import retry_transient, typed_faults
+from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
+from knowledge.store.vectors import ensure_index, table_exists
 from knowledge.structured import HeldError, call_in_group
-from knowledge.trace import (
-    TRACE_RETENTION,
-    PruneResult,
-    RecallTrace,
-    RecallTraceView,
-    TraceCheck,
-    TraceRetention,
-    check_trace,
-    load_trace,
-    prune_traces,
-    view_trace,
-)
-from knowledge.turn import TurnRequest, TurnResult, run_turn
-from knowledge.worker import MaintenanceStatus, MaintenanceWorker
-from parsers.base import ExtractorRegistry
-from parsers.pdf import PdfExtractor
-from parsers.text import MarkdownExtractor, PlainTextExtractor
-from supervisors.embedded_pg import EmbeddedServer, start_embedded_async
-from supervisors.embedder import Embedder
-from supervisors.parser_pool import ParserPool
+from knowledge.supervisors.embedded_pg import EmbeddedServer, start_embedded_async
+from knowledge.supervisors.embedder import Embedder
+from knowledge.supervisors.parser_pool import ParserPool
 
 _log = logging.getLogger(__name__)
 
@@ -333,7 +326,7 @@ class KnowledgeService:
 
     async def ingest_many(self, requests: Sequence[IngestRequest], *, on_done: OnDone | None = None
                           ) -> list[Outcome]:
-        """``knowledge.ingest`` for many documents at once (`knowledge.ingest_bulk`): preparing the
+        """``knowledge.ingest`` for many documents at once (`knowledge.ingest.bulk`): preparing the
         next documents while the server writes the previous group, a group of documents in one
         statement. Each document is all-or-nothing and gets its own outcome — its document, or the
         typed error (`IngestRefused` with its reason, or a failure) — at its request's index, and
@@ -384,7 +377,7 @@ class KnowledgeService:
         """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
         return await retry_transient("ingest_stats", functools.partial(ingest_stats, self.db, tenant_id))
 
-    # --- The operator's read-side view (`knowledge.catalog`): tenant-scoped, visibility not applied.
+    # --- The operator's read-side view (`knowledge.store.catalog`): tenant-scoped, visibility not applied.
     # --- Read-only; cancellation propagates and leaves no connection checked out.
 
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
@@ -428,7 +421,7 @@ class KnowledgeService:
         return await self.catalog.citation_counts(tenant_id)
 
     async def turn(self, request: TurnRequest) -> TurnResult:
-        """One turn's knowledge (`knowledge.turn.run_turn`): retrieve under the knowledge class's
+        """One turn's knowledge (`knowledge.retrieval.turn.run_turn`): retrieve under the knowledge class's
         allowance, budget Region B beside ``request.beliefs`` (knowledge yields first), render the
         ``<knowledge>`` block and commit its trace; the block is returned only with its trace
         committed. Runs as a task of the service (closing it raises `ServiceClosed`); cancelling the
@@ -495,7 +488,7 @@ class KnowledgeService:
 
     async def mark_attachments(self, actor: MessageActor, artifact_ids: Iterable[UUID], *,
                                conversation_id: str) -> list[AttachmentMark]:
-        """A message was sent with these attachments (`knowledge.attachments.mark_attachments`): each
+        """A message was sent with these attachments (`knowledge.ingest.attachments.mark_attachments`): each
         is recorded with the conversation and marked ``pending`` only if ``actor`` is the principal
         holding ``knowledge.write`` and its media type is supported; this process's attachment workers
         are woken. Cancellation: nothing is marked."""
@@ -513,13 +506,13 @@ class KnowledgeService:
 
     async def attachment_overview(self, tenant_id: str) -> QueueOverview:
         """A tenant's attachments by state and reason, expired leases and the oldest pending one's age
-        (`knowledge.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
+        (`knowledge.ingest.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
         return await retry_transient(
             "attachment_overview", functools.partial(self.attachment_queue.overview, tenant_id))
 
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation's attachments and, through the deletion cascade, the documents ingested
-        from them (`knowledge.lifecycle.delete_conversation`); the sweeper collects the bytes. Runs as a
+        from them (`knowledge.store.deletion.delete_conversation`); the sweeper collects the bytes. Runs as a
         task of the service; cancellation rolls it back."""
         return await call_in_group(self._task_group, delete_conversation, self.db, tenant_id, conversation_id)
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from knowledge.errors import KnowledgeError
-from knowledge.ingest import WRITE_SCOPE
+from knowledge.core.render import render_knowledge_block
+from knowledge.errors import ToolRefused, ToolRegistryError
 from knowledge.models import (
     ArtifactRef,
     Authority,
@@ -45,7 +45,7 @@ from knowledge.models import (
     TrustLevel,
     Visibility,
 )
-from knowledge.render import render_knowledge_block
+from knowledge.vocabulary import WRITE_SCOPE
 
 if TYPE_CHECKING:
     from knowledge.service import KnowledgeService
@@ -54,19 +54,6 @@ if TYPE_CHECKING:
 KNOWLEDGE_WRITE = WRITE_SCOPE
 #: How many scopes the host's vocabulary holds before this domain (ADR-0033: "from fourteen to fifteen").
 HOST_SCOPE_COUNT = 14
-
-
-class ToolRefused(KnowledgeError):
-    """A tool call refused before any work: ``unknown_tool``, ``missing_scope``, ``origin_trust``
-    or ``invalid_arguments``."""
-
-    reason = "tool_refused"
-
-
-class ToolRegistryError(KnowledgeError):
-    """A domain that cannot be registered: ``duplicate_tool`` or ``unknown_scope``."""
-
-    reason = "tool_registry"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ line's options — imports no pydantic. `knowledge.models` re-exports them.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class _RankedEnum(StrEnum):
@@ -132,3 +133,12 @@ class AttachmentState(StrEnum):
     INGESTED = "ingested"
     REFUSED = "refused"
     FAILED = "failed"
+
+
+#: The scope a principal needs to ingest (`knowledge.tools`, `knowledge.ingest`).
+WRITE_SCOPE = "knowledge.write"
+#: The event an ingest writes in its transaction.
+INGESTED_EVENT = "knowledge.document.ingested"
+
+#: How an extracted text is structured: what the chunker reads it as.
+Structure = Literal["markdown", "plain"]

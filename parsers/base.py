@@ -7,25 +7,10 @@ turn into text: never an empty document that retrieves nothing and explains noth
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from contextvars import ContextVar
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from knowledge.errors import KnowledgeError
-
-#: How the chunker should read an extractor's text: Markdown structure, or paragraphs only.
-Structure = Literal["markdown", "plain"]
-
-#: Who an extraction is for — the tenant, set by the ingestor around each extraction: the PDF parser
-#: pool serves the jobs waiting for its slots in turn by owner (`supervisors.parser_pool.LoopSlots`).
-#: A context variable, so the Extractor port keeps its signature; tasks an extractor starts inherit it.
-EXTRACTION_OWNER: ContextVar[str | None] = ContextVar("knowledge_extraction_owner", default=None)
-
-
-class ExtractionRefused(KnowledgeError):
-    """The source cannot become text: ``unsupported_media_type``, ``no_text``, ``undecodable``,
-    ``too_large``, or an adapter's own reason (``pdf_encrypted`` …)."""
-
-    reason = "extraction_refused"
+from knowledge.errors import ExtractionRefused
+from knowledge.vocabulary import Structure
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
-"""The parser child: ``python -m parsers.child``. Runs one PDF job under its own limits, then exits.
+"""The parser child: ``python -m knowledge.parsers.child``. Runs one PDF job under its own limits, then exits.
 
-Protocol (`supervisors.parser_pool` depends on it):
+Protocol (`knowledge.supervisors.parser_pool` depends on it):
 
 - stdin: one JSON header line, ``{"op": "inspect"|"extract", "cpu_seconds": int,
   "address_space_bytes": int|null, "pages": [first, end]|null}`` and ``\\n`` (at most 64 KiB), then the
@@ -106,7 +106,7 @@ def parse_header(line: bytes) -> dict[str, Any] | str:
 def run(header: dict[str, Any], data: bytes) -> dict[str, object]:
     """One job, its outcome as the result object. Refusals and failures are results, not exceptions."""
     sys.setrecursionlimit(RECURSION_LIMIT)
-    from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+    from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
 
     try:
         if header["op"] == "inspect":
@@ -147,7 +147,7 @@ def main() -> int:
     """Read the header, set the limits, read the PDF, run the job, write its one result."""
     if "--warm" in sys.argv:
         # A spare: pay the imports now, while no job waits; the limits still precede the PDF's bytes.
-        from parsers.pdf_extract import preload
+        from knowledge.parsers.pdf_extract import preload
 
         preload()
     header = parse_header(sys.stdin.buffer.readline(MAX_HEADER_BYTES))

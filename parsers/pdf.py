@@ -1,7 +1,7 @@
 """The ``application/pdf`` Extractor: text through the supervised parser pool, never in process.
 
 The bytes are gathered (bounded at 32 MiB: ``pdf_too_large`` above) and handed to a disposable
-child (`supervisors.parser_pool`), which inspects them with pikepdf (any encryption is refused as
+child (`knowledge.supervisors.parser_pool`), which inspects them with pikepdf (any encryption is refused as
 ``pdf_encrypted``, decided by pikepdf, never by whether pdfminer could read it) and extracts text
 with pdfminer.six, with Markdown headings from the outline or from font sizes so that PDF chunks
 carry heading paths too. A PDF without a text layer is refused (``no_text``).
@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from parsers.base import ExtractionRefused, Structure
-from supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, SLOTS_PER_LOOP, ParserPool
+from knowledge.errors import ExtractionRefused
+from knowledge.supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, SLOTS_PER_LOOP, ParserPool
+from knowledge.vocabulary import Structure
 
 
 async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> bytes:
@@ -47,7 +48,7 @@ def range_deadline(deadline: float, pages: int) -> float:
     return min(max(deadline, SECONDS_PER_PAGE * pages), max(deadline, MAX_RANGE_SECONDS))
 
 
-#: The rules of `parsers.pdf_extract` (headings, cleaning, recovery): bumped whenever they change
+#: The rules of `knowledge.parsers.pdf_extract` (headings, cleaning, recovery): bumped whenever they change
 #: the text of a PDF that extracted before. p2: page-tree and xref repair; combining marks kept
 #: with their base characters.
 PDF_TEXT_RULES = "p2"

@@ -1,6 +1,6 @@
 """PDF inspection (pikepdf) and text extraction (pdfminer.six): the code that runs INSIDE the parser
-child (`parsers.child`). Importable and testable in process, but the service only ever runs it in a
-disposable, rlimit-bounded child (`supervisors.parser_pool`): pdfminer inflates whole streams in
+child (`knowledge.parsers.child`). Importable and testable in process, but the service only ever runs it in a
+disposable, rlimit-bounded child (`knowledge.supervisors.parser_pool`): pdfminer inflates whole streams in
 memory and recurses on nested objects, so only the child's limits protect anything.
 
 Refusals (`PdfRefused.reason`): ``pdf_encrypted`` (any encryption, decided by pikepdf alone: pdfminer

@@ -5,7 +5,8 @@ from __future__ import annotations
 import codecs
 from collections.abc import AsyncIterator
 
-from parsers.base import ExtractionRefused, Structure
+from knowledge.errors import ExtractionRefused
+from knowledge.vocabulary import Structure
 
 #: Sources are bounded by the artifact store; this guards an extractor handed a stream directly.
 MAX_TEXT_BYTES = 32 * 1024 * 1024

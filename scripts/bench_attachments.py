@@ -30,13 +30,14 @@ from pathlib import Path
 
 import anyio
 
-from knowledge.attachments import AttachmentQueue, attachment_document_id
 from knowledge.config import Settings
-from knowledge.ingest import IngestRefused, IngestRequest
+from knowledge.core.prepare import IngestRequest
+from knowledge.errors import IngestRefused
+from knowledge.ingest.attachments import AttachmentQueue, attachment_document_id
+from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
-from knowledge.worker import AttachmentWorker, WorkerOptions
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 MEDIA = {".md": "text/markdown", ".pdf": "application/pdf"}

@@ -127,7 +127,7 @@ def main() -> None:
     if args.dsn:
         measure(args.dsn, ["--dsn", args.dsn], env, args.folder, args.runs)
         return
-    from supervisors.embedded_pg import throwaway_data_dir
+    from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
     with throwaway_data_dir() as data_dir:
         status = knowledge("--data-dir", str(data_dir), "--json", "db", "start", env=env)

@@ -4,7 +4,7 @@ settings side by side (issues 11, 18 and 20).
     .venv/bin/python scripts/bench_embedder.py [--passages 300] [--loop trio|asyncio]
 
 The same passages — a fixed sample of the chunks `prepare` makes of both docs corpora — go through
-the real embedder (`supervisors.embedder.Embedder`: the child process, framed JSON, the model) in
+the real embedder (`knowledge.supervisors.embedder.Embedder`: the child process, framed JSON, the model) in
 requests as the service sends them, with the other core idle and then busy (a spinning process of
 this script's, as the host's event loop and PostgreSQL keep it busy in a service):
 
@@ -32,9 +32,10 @@ from collections.abc import AsyncIterator, Sequence
 import anyio
 from retrieval_data import docs_sources, print_run
 
-from knowledge.ingest import IngestRefused, prepare
+from knowledge.core.prepare import prepare
+from knowledge.errors import IngestRefused
 from knowledge.semantic.queue import BATCH_WINDOWS, batches, estimated_windows
-from supervisors.embedder import BATCH_PASSAGES, Embedder
+from knowledge.supervisors.embedder import BATCH_PASSAGES, Embedder
 
 Passage = tuple[tuple[str, ...], str, int]
 

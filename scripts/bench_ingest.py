@@ -24,10 +24,11 @@ from pathlib import Path
 import anyio
 
 from knowledge.config import Settings
-from knowledge.ingest import TS_CONFIG, IngestRequest, prepare
+from knowledge.core.prepare import IngestRequest, prepare
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.store.documents import TS_CONFIG
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 

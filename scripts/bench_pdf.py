@@ -19,8 +19,8 @@ import anyio
 import pikepdf
 from pdfminer.high_level import extract_text
 
-from parsers.pdf import PdfExtractor
-from supervisors.parser_pool import ParserPool
+from knowledge.parsers.pdf import PdfExtractor
+from knowledge.supervisors.parser_pool import ParserPool
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
 

@@ -6,7 +6,7 @@
 Builds the corpus once through the real path (SciFact's 5,183 abstracts ingested by
 `KnowledgeService.ingest` into a source tenant), stages those rows, removes the source tenant, then
 replicates the staged rows in SQL into 10 tenants until each holds size/10 chunks: new document,
-artifact and chunk ids (`knowledge.chunking.chunk_id` over the new identity) and consistent rows in
+artifact and chunk ids (`knowledge.core.chunking.chunk_id` over the new identity) and consistent rows in
 artifacts, knowledge_documents, knowledge_chunk_sets, knowledge_chunks, knowledge_chunk_index,
 knowledge_postings and knowledge_tenant_stats, so a replicated chunk is found exactly like an
 ingested one (checked). Each size grows the same database; then GIN index on the tsvectors (for the
@@ -46,12 +46,12 @@ from retrieval_data import (
     searching_with,
 )
 
-from knowledge.chunking import chunk_id
 from knowledge.config import Settings
+from knowledge.core.chunking import chunk_id
+from knowledge.core.ranking import DEFAULT_POLICY, KNOWLEDGE_V1
 from knowledge.models import KnowledgeQuery
-from knowledge.ranking import DEFAULT_POLICY, KNOWLEDGE_V1
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 SOURCE_TENANT = "bench-source"
 TENANTS = [f"bench-t{i}" for i in range(10)]

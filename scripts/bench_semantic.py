@@ -38,14 +38,14 @@ import anyio
 from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms, print_run, searching_with
 
 from knowledge.config import Settings
-from knowledge.ingest import prepare
+from knowledge.core.prepare import prepare
+from knowledge.core.ranking import KNOWLEDGE_V1
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
-from knowledge.ranking import KNOWLEDGE_V1
 from knowledge.semantic.arm import _SCAN_OPTIONS, SemanticArm
 from knowledge.semantic.encoder import DIM, Encoder
-from knowledge.semantic.store import index_name, model_literal
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.store.vectors import index_name, model_literal
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 LEXICAL, SEMANTIC = "bench-lexical", "bench-semantic"
 WARMUP = 5

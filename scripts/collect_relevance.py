@@ -1,5 +1,5 @@
 """Training data for the relevance model (issue 19): every candidate of every training question,
-with its features (`knowledge.relevance.features`, through `Searcher.features`) and its label.
+with its features (`knowledge.core.relevance.features`, through `Searcher.features`) and its label.
 
     .venv/bin/python scripts/collect_relevance.py --out /tmp/relevance.jsonl.gz [--scifact 2500] [--no-docs]
 
@@ -37,10 +37,10 @@ from build_docs_train import build, hide_headings
 from retrieval_data import answers, docs_sources, ingest_sources, load_scifact, print_run, scifact_sources
 
 from knowledge.config import Settings
+from knowledge.core.ranking import Candidate
 from knowledge.models import KnowledgeQuery
-from knowledge.ranking import Candidate
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 FOLDS = 5
 

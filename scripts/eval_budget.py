@@ -8,7 +8,7 @@ Opens the service on a throwaway embedded PostgreSQL, ingests docs-argocd and do
 each question the knowledge class's candidates are what `knowledge.search` returns under the class's
 allowance (3 passages / 3,000 tokens), exactly as `KnowledgeService.turn` retrieves them. Then, for
 each Region B total and each belief load (beliefs of ``--belief-tokens`` tokens each, the spec's
-"a belief's twenty-five"), the allocator (`knowledge.budget.allocate_turn`, the one a turn uses)
+"a belief's twenty-five"), the allocator (`knowledge.core.budget.allocate_turn`, the one a turn uses)
 decides what renders, and the tally reports:
 
 - ``yield rate``: turns in which knowledge yielded under pressure / turns with a passage admitted;
@@ -31,13 +31,13 @@ import time
 
 from retrieval_data import answers, docs_sources, ingest_sources, load_docs_dev, print_run
 
-from knowledge.budget import KNOWLEDGE, PressureTally, allocate_turn
 from knowledge.config import Settings
-from knowledge.memory_boundary import Belief
+from knowledge.core.budget import KNOWLEDGE, PressureTally, allocate_turn
+from knowledge.core.memory_boundary import Belief
+from knowledge.core.turn import TurnRequest, class_allowance
 from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.service import KnowledgeService
-from knowledge.turn import TurnRequest, class_allowance
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 TENANT = "eval-budget"
 PRINCIPAL = "eval"

@@ -27,7 +27,7 @@ from retrieval_data import add_semantic_option, answers, docs_sources, ingest_so
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 
 @dataclass

@@ -53,11 +53,11 @@ from retrieval_data import (
 from retrieval_goals import Pairs, configs, docs_goals, limit_curve, scifact_goals
 
 from knowledge.config import Settings
+from knowledge.core.ranking import DEFAULT_POLICY
 from knowledge.models import KnowledgeQuery
-from knowledge.ranking import DEFAULT_POLICY
-from knowledge.search import BM25_B, BM25_K1
+from knowledge.retrieval.search import BM25_B, BM25_K1
 from knowledge.service import KnowledgeService
-from supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 SCIFACT_TENANT = "eval-scifact"
 DOCS_TENANT = "eval-docs"

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/eval_secret_scan.py [--no-alternative]
 
-For `knowledge.scan.find_secrets` and for detect-secrets (its default plugins and filters, through its
+For `knowledge.core.scan.find_secrets` and for detect-secrets (its default plugins and filters, through its
 ordinary file scan): caught / missed / false refusals on the labelled dev set
 (shared/corpus/secrets/dev.jsonl.gz), files refused on the Argo CD and etcd docs corpora, and MB/s over
 those docs. Then which docs files our scan refuses and why, and how often the injection scan flags the
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from knowledge.scan import INJECTION_SCAN_VERSION, SECRET_SCAN_VERSION, find_secrets, is_instruction_like  # noqa: E402
+from knowledge.core.scan import INJECTION_SCAN_VERSION, SECRET_SCAN_VERSION, find_secrets, is_instruction_like  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 DEV_SET = CORPUS / "secrets" / "dev.jsonl.gz"
@@ -87,7 +87,7 @@ def main() -> int:
     n_secret = sum(r["label"] == "secret" for r in records)
     n_clean = len(records) - n_secret
 
-    scanners: list[tuple[str, Scanner | None]] = [(f"knowledge.scan ({SECRET_SCAN_VERSION}, hand-written)", ours)]
+    scanners: list[tuple[str, Scanner | None]] = [(f"knowledge.core.scan ({SECRET_SCAN_VERSION}, hand-written)", ours)]
     alternative = None if args.no_alternative else detect_secrets_scanner()
     if args.no_alternative:
         scanners.append(("detect-secrets", None))

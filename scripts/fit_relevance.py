@@ -1,4 +1,4 @@
-"""Fit the relevance models (`knowledge.relevance`) on training data, check them fold by fold, and
+"""Fit the relevance models (`knowledge.core.relevance`) on training data, check them fold by fold, and
 write the shipped weights (issue 19).
 
     .venv/bin/python scripts/fit_relevance.py /tmp/relevance.jsonl.gz [...] [--write] [--ablation]
@@ -19,7 +19,7 @@ labels). For each mode (``lexical``, ``fused``):
    with the share of unanswerable ones (docs-cross) it empties beside it.
 3. With ``--ablation``: the same cross-validation without each feature group.
 4. With ``--write``: the models fitted on all folds of both sets, written to
-   ``knowledge/relevance_models.py`` (with the floor).
+   ``knowledge/core/relevance_models.py`` (with the floor).
 
 Nothing here reads docs-dev or SciFact test.
 """
@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 from retrieval_data import first_occurrences, ndcg_at_k
 
-from knowledge.relevance import CLIP, LEXICAL_FEATURES, SEMANTIC_FEATURES, add_document_features
+from knowledge.core.relevance import CLIP, LEXICAL_FEATURES, SEMANTIC_FEATURES, add_document_features
 
-MODELS = Path(__file__).resolve().parents[1] / "knowledge" / "relevance_models.py"
+MODELS = Path(__file__).resolve().parents[1] / "knowledge" / "core" / "relevance_models.py"
 L2 = 1.0
 #: What the floor after the first passage may cost on the training questions (absolute): docs-train R@3,
 #: SciFact train nDCG@10.
@@ -217,7 +217,7 @@ def noise_table(questions: list[Question], preds: dict[str, np.ndarray], first: 
                 metric: str) -> tuple[float, list[str]]:
     """Per floor for the passages after the first: R@3, nDCG@10 (over 10 passages), noise (returned
     passages of the first 3 that do not answer / returned) and passages returned per question. The
-    first floor only empties a search (its top candidate below ``first``), as `knowledge.ranking.select`
+    first floor only empties a search (its top candidate below ``first``), as `knowledge.core.ranking.select`
     applies it; the chosen floor is the highest that costs at most ``loss`` of ``metric`` ("r3" or
     "ndcg") against no floor after the first passage."""
     rows = [f"  {'floor 2nd+':>10} {'R@3':>6} {'nDCG@10':>7} {'noise@3':>7} {'returned':>8}"]
@@ -326,7 +326,7 @@ def main() -> None:
             '"""The shipped relevance models: written by ``scripts/fit_relevance.py --write`` from\n'
             '``scripts/collect_relevance.py``\'s training data (docs-train and SciFact train; never docs-dev\n'
             'or SciFact test). Do not edit by hand: refit."""\n\n'
-            "from knowledge.relevance import RelevanceModel\n\n"
+            "from knowledge.core.relevance import RelevanceModel\n\n"
             f"LEXICAL = {literal('lexical', models['lexical'])}\n\n"
             f"FUSED = {literal('fused', models['fused'])}\n\n"
             "#: The relevance floor (the fused model's): the largest\n"

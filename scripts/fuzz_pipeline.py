@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests package holds the properties
 
-from knowledge.normalize import normalize
-from knowledge.render import parse_knowledge_block, render_knowledge_block
-from knowledge.scan import find_secrets, is_instruction_like
-from parsers.base import Structure
+from knowledge.core.normalize import normalize
+from knowledge.core.render import parse_knowledge_block, render_knowledge_block
+from knowledge.core.scan import find_secrets, is_instruction_like
+from knowledge.vocabulary import Structure
 from tests.test_hostile_input import (
     CLOSED_LIST_ALPHABET,
     check_outcome,

@@ -15,4 +15,4 @@ fi
 .venv/bin/python -m knowledge.semantic.onnx_model
 # The project's own modules compiled to bytecode now (an editable install leaves them as source, and
 # where PYTHONDONTWRITEBYTECODE is set every command would compile them again: 30-40 ms of a read).
-.venv/bin/python -m compileall -q knowledge parsers supervisors migrations >/dev/null
+.venv/bin/python -m compileall -q knowledge >/dev/null

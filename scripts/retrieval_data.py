@@ -24,8 +24,8 @@ from uuid import UUID
 
 import anyio
 
-from knowledge.ingest import TS_CONFIG
 from knowledge.models import ArtifactOrigin, Principal, TrustLevel
+from knowledge.store.documents import TS_CONFIG
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SCIFACT = CORPUS / "scifact"

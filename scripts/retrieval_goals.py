@@ -27,9 +27,9 @@ from uuid import UUID
 
 from retrieval_data import answers, median_ms, ndcg_at_k, p99_ms, recall_at_k, searching_with
 
+from knowledge.core.ranking import KNOWLEDGE_V1, RankingPolicy
 from knowledge.models import KnowledgeQuery
-from knowledge.ranking import KNOWLEDGE_V1, RankingPolicy
-from knowledge.search import ARM_LIMIT
+from knowledge.retrieval.search import ARM_LIMIT
 from knowledge.service import KnowledgeService
 
 

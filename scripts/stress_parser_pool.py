@@ -33,8 +33,8 @@ import anyio
 import pikepdf
 import psutil
 
-from parsers.base import ExtractionRefused
-from supervisors.parser_pool import ParserPool
+from knowledge.errors import ExtractionRefused
+from knowledge.supervisors.parser_pool import ParserPool
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
 

@@ -1,4 +1,5 @@
-"""The service under load and faults, with the invariant audit (`knowledge.stress`, `knowledge.audit`).
+"""The service under load and faults, with the invariant audit (`knowledge.stress.engine`,
+`knowledge.maintenance.audit`).
 
     .venv/bin/python scripts/stress_service.py [--duration 60] [--loop trio|asyncio] [--faults]
         [--seed 0] [--dsn DSN] [--audit-every 10] [--tenants 3] [--ingesters 2] [--searchers 3]
@@ -21,9 +22,11 @@ from pathlib import Path
 
 import anyio
 
-from knowledge.stress import CORPUS, StressOptions, kill_host, run_stress
-from knowledge.stress_signals import interrupt_cli, table
-from supervisors.embedded_pg import start_embedded, throwaway_data_dir
+from knowledge.stress.engine import StressOptions, kill_host, run_stress
+from knowledge.stress.signals import interrupt_cli, table
+from knowledge.supervisors.embedded_pg import start_embedded, throwaway_data_dir
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
 def main() -> int:
@@ -44,14 +47,17 @@ def main() -> int:
                         help="seconds between attachments (the arm on: e.g. 1 6)")
     parser.add_argument("--kill-host", type=int, default=0, metavar="ROUNDS")
     parser.add_argument("--interrupt-cli", type=int, default=0, metavar="ROUNDS",
-                        help="signal `knowledge ingest` (--folder) at random moments (knowledge.stress_signals)")
-    parser.add_argument("--folder", type=Path, default=CORPUS / "docs-etcd")
+                        help="signal `knowledge ingest` (--folder) at random moments (knowledge.stress.signals)")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the shared corpus (default ../shared/corpus)")
+    parser.add_argument("--folder", type=Path, default=None,
+                        help="--interrupt-cli: the folder (default CORPUS/docs-etcd)")
     parser.add_argument("--signal", choices=["KILL", "INT", "TERM"], default=None,
                         help="--kill-host: KILL (default); --interrupt-cli: INT and TERM (default: both)")
     args = parser.parse_args()
     if args.kill_host:
         signum = signal.Signals["SIG" + (args.signal or "KILL")]
-        killed = anyio.run(kill_host, args.kill_host, args.data_dir, args.dsn, args.seed, signum, backend=args.loop)
+        killed = anyio.run(kill_host, args.kill_host, args.data_dir, args.dsn, args.corpus, args.seed, signum,
+                            backend=args.loop)
         print("\n".join(killed.lines()))
         return 0 if killed.ok else 1
     if args.interrupt_cli:
@@ -59,7 +65,7 @@ def main() -> int:
     options = StressOptions(duration=args.duration, faults=args.faults, seed=args.seed, dsn=args.dsn,
                             data_dir=args.data_dir, tenants=args.tenants, ingesters=args.ingesters,
                             searchers=args.searchers, workers=args.workers, pdf_share=args.pdf_share,
-                            audit_every=args.audit_every, send_every=tuple(args.send_every))
+                            audit_every=args.audit_every, send_every=tuple(args.send_every), corpus=args.corpus)
     report = anyio.run(run_stress, options, backend=args.loop)
     print(f"stress: {report.seconds:.0f} s, loop={args.loop}, faults={'on' if args.faults else 'off'}, "
           f"seed={args.seed}")
@@ -70,6 +76,7 @@ def main() -> int:
 def interrupt(args: argparse.Namespace) -> int:
     """``knowledge ingest`` signalled at random moments, on a throwaway server unless ``--dsn``."""
     signals = [signal.Signals["SIG" + args.signal]] if args.signal else [signal.SIGINT, signal.SIGTERM]
+    args.folder = args.folder or args.corpus / "docs-etcd"
     with throwaway_data_dir("knowledge-interrupt-", dsn=args.dsn) as data_dir:
         dsn = args.dsn or start_embedded(data_dir).dsn("postgres")
         rounds = anyio.run(functools.partial(interrupt_cli, args.interrupt_cli, dsn, args.folder, loop=args.loop,

@@ -4,9 +4,9 @@
         [--scifact-docs 2500] [--cache /tmp/survey-cache] [--no-timing] [--batching] [--retime]
 
 Issue 11's service embedded a passage as windows of 128 word pieces overlapping by a quarter, each
-headed by the heading path (`knowledge.semantic.windows`), and scored it by its best window; this
+headed by the heading path (`knowledge.core.windows`), and scored it by its best window; this
 survey chose issue 18's design, ``s128-o8-code`` (what the service embeds today). This script
-builds other window sets from the very same chunks (`knowledge.ingest.prepare`, via
+builds other window sets from the very same chunks (`knowledge.ingest.ingestor.prepare`, via
 `survey_embeddings.passages_of`) and the encoder's own tokenizer offsets, and measures for each:
 windows per passage, encoder throughput on a fixed sample of docs passages (one thread, encode
 calls of the service's 16 passages at batch size 32, after a warm-up), docs-dev R@3 (alone and
@@ -53,14 +53,14 @@ from retrieval_data import (
 )
 from survey_embeddings import TOP, fuse, passages_of, semantic_ranking
 
-from knowledge.semantic.windows import MIN_BODY, prefix, useful, window_spans
+from knowledge.core.windows import MIN_BODY, prefix, useful, window_spans
 
 BASELINE = "s128-o4"
 #: What `knowledge.semantic.encoder.Encoder.windows` builds today (checked below, passage by passage).
 SERVICE = "s128-o8-code"
 DEFAULT_CONFIGS = ("s128-o4,s128-o0,s256-o0,s128-o8,s128-o4-code,s128-o4-cap4,s128-o0-code,s128-o8-code,"
                    "s256-o0-code,s128-o0-code-cap3")
-SERVICE_PASSAGES = 16  # supervisors.embedder.BATCH_PASSAGES: passages per encode call in the service
+SERVICE_PASSAGES = 16  # knowledge.supervisors.embedder.BATCH_PASSAGES: passages per encode call in the service
 SERVICE_BATCH = 32  # Encoder.batch_size
 
 
@@ -108,7 +108,7 @@ class Windower:
         spans = window_spans(text, self.offsets[i], budget, cfg.overlap_div)
         if not spans:
             return [head] if head else []
-        if cfg.code:  # the service's own rule (`knowledge.semantic.windows.useful`)
+        if cfg.code:  # the service's own rule (`knowledge.core.windows.useful`)
             spans = useful(text, spans)
         if cfg.cap:
             spans = spans[:cfg.cap]

@@ -6,7 +6,7 @@ Chunks come from the service's own `prepare` (the very passages ingest stores). 
 every passage and ranks passages by cosine similarity (a windowed passage by its best window); the
 lexical stand-in is bm25s over the same chunks (heading path + text; `eval_retrieval.py` shows it
 within a point of the lexical arm), and "fused" is RRF (k = 60) of the two top-50 lists, as
-`knowledge.ranking.rrf` fuses the arms. Vectors are cached per config and corpus in ``--cache``.
+`knowledge.core.ranking.rrf` fuses the arms. Vectors are cached per config and corpus in ``--cache``.
 
 Configs: ``whole`` (MiniLM on the whole passage, cut at 256 word pieces by the model), ``wN``
 (MiniLM on windows of N word pieces with the heading path, best window), ``m2v`` (a model2vec
@@ -34,7 +34,8 @@ from retrieval_data import (
     scifact_sources,
 )
 
-from knowledge.ingest import IngestRefused, prepare
+from knowledge.core.prepare import prepare
+from knowledge.errors import IngestRefused
 
 RRF_K = 60
 TOP = 50
@@ -72,7 +73,7 @@ class Static:
         return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
 
     def encode_passages(self, passages: Sequence[tuple[Sequence[str], str]]) -> tuple[Any, list[int]]:
-        from knowledge.semantic.windows import prefix
+        from knowledge.core.windows import prefix
 
         texts = [f"{prefix(h)}\n{t}" for h, t in passages]
         return self.encode(texts), list(range(len(passages)))

@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 .venv/bin/ruff check knowledge parsers supervisors tests scripts
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"

@@ -37,7 +37,7 @@ from typing import Any
 import anyio
 from anyio.abc import Process, TaskStatus
 
-from knowledge.errors import KnowledgeError
+from knowledge.errors import EmbedderUnavailable
 
 _log = logging.getLogger(__name__)
 
@@ -51,13 +51,6 @@ REQUEST_BASE_SECONDS = 30.0
 REQUEST_PER_ITEM_SECONDS = 2.0
 _REAP_SECONDS = 10.0
 _MAX_FRAME = 64 * 1024 * 1024
-
-
-class EmbedderUnavailable(KnowledgeError):
-    """The embedder child could not answer (not started, died, overran its deadline). Transient."""
-
-    reason = "embedder_unavailable"
-    transient = True
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The PDF parser pool: disposable, rlimit-bounded child processes, at most two per event loop.
 
-Each job runs ``python -m parsers.child`` in its own session (process group), hands it the PDF
+Each job runs ``python -m knowledge.parsers.child`` in its own session (process group), hands it the PDF
 on stdin (at most 32 MiB) and reads one JSON result from stdout (at most 32 MiB). The child sets
 its own CPU, address-space (Linux), core and file-size limits before it reads a byte.
 
@@ -14,13 +14,13 @@ its own CPU, address-space (Linux), core and file-size limits before it reads a 
   caller's cancellation (and, in practice, by the stall limit below: no hostile child holds a slot
   for long). The child's CPU limit is the deadline plus one second.
 - **A stalled extraction is killed.** The extracting child reports progress on stdout (``~pages N``,
-  ``~document``, ``~page`` per page; `parsers.child`); one that reports nothing for `STALL_SECONDS`
+  ``~document``, ``~page`` per page; `knowledge.parsers.child`); one that reports nothing for `STALL_SECONDS`
   is killed as ``pdf_timeout`` with a message saying it stalled. A slow but honest file (every page
   within the stall limit) keeps its whole deadline; a decompression bomb whose one page never ends
   gives its slot back after the stall limit instead of the deadline. Inspection reports no progress
   (it reads no content stream) and is bounded by its 10 s alone.
 - **In turn by tenant.** Jobs waiting for a slot are served in turn by owner — the tenant the
-  ingestor sets in `parsers.base.EXTRACTION_OWNER` around each extraction: the next slot goes to the
+  ingestor sets in `EXTRACTION_OWNER` around each extraction: the next slot goes to the
   waiting job whose owner was served least recently (`LoopSlots`), first come, first served within
   an owner and for jobs with none.
 - **Kill and reap before release.** On timeout, cancellation or any error the child's whole process
@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +53,12 @@ import anyio
 from anyio.abc import Process
 from anyio.lowlevel import RunVar
 
-from parsers.base import EXTRACTION_OWNER, ExtractionRefused
+from knowledge.errors import ExtractionRefused, ParserFailure
 
+#: Who an extraction is for — the tenant, set by the ingestor around each extraction: the PDF parser
+#: pool serves the jobs waiting for its slots in turn by owner (`knowledge.supervisors.parser_pool.LoopSlots`).
+#: A context variable, so the Extractor port keeps its signature; tasks an extractor starts inherit it.
+EXTRACTION_OWNER: ContextVar[str | None] = ContextVar("knowledge_extraction_owner", default=None)
 MAX_IO_BYTES = 32 * 1024 * 1024
 SLOTS_PER_LOOP = 2
 INSPECT_SECONDS = 10.0
@@ -66,7 +71,7 @@ STALL_SECONDS = 10.0
 #: One progress line on the child's stdout (``~`` … ``\n``); a longer one is not a progress line.
 MAX_PROGRESS_BYTES = 64
 ADDRESS_SPACE_BYTES = 512 * 1024 * 1024
-CHILD_COMMAND = (sys.executable, "-m", "parsers.child")
+CHILD_COMMAND = (sys.executable, "-m", "knowledge.parsers.child")
 _REAP_SECONDS = 10.0
 _STDERR_KEEP = 16 * 1024
 
@@ -198,15 +203,6 @@ class _Output:
     def result(self) -> bytes:
         """What followed the progress lines (an incomplete progress line counts as the result)."""
         return bytes(self.kept or self.line)
-
-
-class ParserFailure(ExtractionRefused):
-    """The parse did not finish: ``pdf_timeout`` (its deadline passed, or it stalled: no progress
-    within the stall limit) or ``pdf_killed`` (the child died: a limit, a crash, a kill). Transient:
-    a retry may succeed."""
-
-    reason = "pdf_killed"
-    transient = True
 
 
 @dataclass

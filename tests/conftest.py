@@ -28,7 +28,7 @@ from knowledge.config import Settings
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database, dsn_with_database, ensure_database, open_bridge
 from knowledge.store.migrate import migrate
-from supervisors.embedded_pg import start_embedded, stop_embedded
+from knowledge.supervisors.embedded_pg import start_embedded, stop_embedded
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -9,28 +9,25 @@ import uuid
 import anyio
 import pytest
 
-from knowledge.attachments import (
+from knowledge.errors import DatabaseUnavailable, ExtractionRefused, IngestRefused, ParserFailure
+from knowledge.ingest.attachments import (
     ATTACHMENT_NAMESPACE,
     SchedulerActor,
     SurfaceActor,
     attachment_document_id,
 )
-from knowledge.catalog import DeletedChunk
-from knowledge.errors import DatabaseUnavailable
-from knowledge.ingest import IngestRefused
+from knowledge.maintenance.worker import transient_reason
 from knowledge.models import (
     ArtifactOrigin,
     AttachmentState,
     Authority,
+    DeletedChunk,
     KnowledgeQuery,
     Sensitivity,
     TrustLevel,
     Visibility,
 )
 from knowledge.service import KnowledgeService
-from knowledge.worker import transient_reason
-from parsers.base import ExtractionRefused
-from supervisors.parser_pool import ParserFailure
 from tests.helpers.attachments import (
     PDFS,
     Gate,

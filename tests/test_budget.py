@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge.budget import (
+from knowledge.core.budget import (
     IN_TURN_RECALL,
     KNOWLEDGE,
     REGION_B,
@@ -18,7 +18,7 @@ from knowledge.budget import (
     allocate,
     allocate_turn,
 )
-from knowledge.memory_boundary import Belief
+from knowledge.core.memory_boundary import Belief
 from knowledge.models import Authority, RetrievedPassage
 
 DOC = uuid.UUID(int=7)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge.chunking import (
+from knowledge.core.chunking import (
     CHUNKER_VERSION,
     PARAGRAPH_CHUNKER_VERSION,
     MarkdownChunker,
@@ -20,10 +20,10 @@ from knowledge.chunking import (
     chunk_id,
     content_sha256,
 )
-from knowledge.ingest import IngestRefused
+from knowledge.errors import IngestRefused
 from knowledge.models import ArtifactOrigin, TrustLevel
+from knowledge.parsers.pdf import PDF_TEXT_VERSION, PdfExtractor
 from knowledge.service import KnowledgeService
-from parsers.pdf import PDF_TEXT_VERSION, PdfExtractor
 from tests.test_pdf_extract import body, make_pdf
 from tests.test_versions import owner
 

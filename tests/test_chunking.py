@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knowledge.chunking import (
+from knowledge.core.chunking import (
     _TOKEN,
     CEILING_TOKENS,
     CHUNKER_VERSION,
@@ -25,7 +25,7 @@ from knowledge.chunking import (
     content_sha256,
     count_tokens,
 )
-from knowledge.normalize import normalize, tab_width
+from knowledge.core.normalize import normalize, tab_width
 
 # ---------------------------------------------------------------- normalization
 
@@ -203,8 +203,8 @@ def _ids(text: str, tenant: str, document_id: uuid.UUID) -> list[tuple[str, str]
 
 _SUBPROCESS = """
 import json, sys, uuid
-from knowledge.chunking import CHUNKER_VERSION, chunk_id, chunk_text, content_sha256
-from knowledge.normalize import normalize
+from knowledge.core.chunking import CHUNKER_VERSION, chunk_id, chunk_text, content_sha256
+from knowledge.core.normalize import normalize
 job = json.load(sys.stdin)
 out = []
 for text in job["texts"]:

@@ -27,17 +27,17 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import pytest
 
-from knowledge.cli import hoist_global_flags, main
+from knowledge.cli.app import hoist_global_flags, main
 from knowledge.cli.context import CLI_POOL_SIZE
 from knowledge.cli.files import detect_media_type
 from knowledge.cli.search_cmd import parse_as_of
 from knowledge.config import Settings
+from knowledge.core.ranking import DEFAULT_POLICY
+from knowledge.core.render import parse_knowledge_block
+from knowledge.core.scan import find_secrets
+from knowledge.core.turn import TurnRequest
 from knowledge.models import KnowledgeQuery
-from knowledge.ranking import DEFAULT_POLICY
-from knowledge.render import parse_knowledge_block
-from knowledge.scan import find_secrets
 from knowledge.service import KnowledgeService
-from knowledge.turn import TurnRequest
 from tests.conftest import new_database
 
 ROOT = Path(__file__).resolve().parents[1]

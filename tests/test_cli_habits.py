@@ -24,12 +24,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from knowledge.cli import app, hoist_global_flags, interrupt, main
+from knowledge.cli import interrupt
+from knowledge.cli.app import app, hoist_global_flags, main
 from knowledge.cli.files import Found, document_id_for, identity_candidates, legacy_document_id
 from knowledge.cli.help import plain_help
 from knowledge.cli.output import fitting_lines
 from knowledge.service import KnowledgeService
-from supervisors.embedder import Embedder
+from knowledge.supervisors.embedder import Embedder
 from tests.conftest import new_database
 from tests.test_cli import RUNBOOK, Cli, cli_runner
 

@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM at any moment of ``knowledge ingest`` (issue 20; `knowledge.stress_signals`).
+"""SIGINT and SIGTERM at any moment of ``knowledge ingest`` (issue 20; `knowledge.stress.signals`).
 
 The console script runs as a subprocess in a session of its own, on each loop, on a database of its
 own (so one loop's connections are not counted as the other's); the signal comes at a random moment
@@ -19,8 +19,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from knowledge.stress_signals import Round, interrupt_cli, table
-from supervisors.embedded_pg import embedded_status
+from knowledge.stress.signals import Round, interrupt_cli, table
+from knowledge.supervisors.embedded_pg import embedded_status
 from tests.conftest import new_database
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -95,7 +95,7 @@ def test_a_signal_after_the_command_has_ended_exits_at_once_without_another_line
     interpreter waiting for threads at shutdown): once `console.main` has returned, a signal exits
     with 128 + n, after the exit handlers, and says nothing more."""
     code = ("import atexit, os, signal, sys, time\n"
-            "from knowledge import console\n"
+            "from knowledge.cli import console\n"
             "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
             "code = console.main(['--version'])\n"
             "os.kill(os.getpid(), signal.SIGINT)\n"
@@ -112,7 +112,7 @@ def test_a_signal_outside_the_loop_is_kept_for_a_safe_point_and_a_blocking_read_
     be swallowed: pydantic validating a pattern printed "Exception ignored" and the command went
     on); `check` acts on it. A read from standard input is inside `raising`: Ctrl-C ends it."""
     code = ("import os, signal\n"
-            "from knowledge import console\n"
+            "from knowledge.cli import console\n"
             "console.install()\n"
             "os.kill(os.getpid(), signal.SIGINT)\n"
             "print('went on to a safe point', flush=True)\n"

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from knowledge.errors import EmbeddedServerError
-from supervisors.embedded_pg import embedded_status, start_embedded, stop_embedded
+from knowledge.supervisors.embedded_pg import embedded_status, start_embedded, stop_embedded
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("KNOWLEDGE_DSN")), reason="embedded server only")
 

@@ -1,6 +1,6 @@
 """Database faults: what is transient and safe to repeat is retried; the rest is a typed error.
 
-See `knowledge.retry` for which operations are retried and why that is safe."""
+See `knowledge.store.retry` for which operations are retried and why that is safe."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import anyio
 import asyncpg
 import pytest
 
-import knowledge.lifecycle as lifecycle
-import knowledge.retry as retry
+import knowledge.store.deletion as lifecycle
+import knowledge.store.retry as retry
 from knowledge.errors import DatabaseUnavailable
 from knowledge.models import KnowledgeQuery, TrustLevel
 from knowledge.service import KnowledgeService

@@ -34,11 +34,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from knowledge.catalog import DeletedChunk
 from knowledge.config import Settings
-from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, TrustLevel, Viewer
-from knowledge.normalize import normalize
-from knowledge.render import parse_knowledge_block, render_knowledge_block
+from knowledge.core.normalize import normalize
+from knowledge.core.render import parse_knowledge_block, render_knowledge_block
+from knowledge.models import ArtifactOrigin, DeletedChunk, KnowledgeChunk, KnowledgeQuery, TrustLevel, Viewer
 from knowledge.service import KnowledgeService
 from tests.test_pdf_extract import Item, body, make_pdf
 from tests.test_search import ingest_text, writer

@@ -5,7 +5,8 @@ envelope — with arbitrary Unicode and pathological sizes: hypothesis propertie
 NUL and lone surrogates. PostgreSQL ``text`` cannot store U+0000, and a lone surrogate (U+D800..U+DFFF) has no
 UTF-8 encoding, so neither may reach a chunk, a heading path or the index; and neither is removed or replaced,
 which would alter the text outside the normalizer's closed list. So both are refused. The text extractors
-(`parsers.text.decode_utf8`) decode strict UTF-8, which already rejects an encoded surrogate (bytes ED A0 80 ..
+(`knowledge.parsers.text.decode_utf8`) decode strict UTF-8, which already rejects an encoded surrogate
+(bytes ED A0 80 ..
 ED BF BF) as invalid, and reject decoded text that holds NUL: ``ExtractionRefused("undecodable")``, which the
 ingest reports as ``IngestRefused("undecodable")``. `prepare` applies the same rule to any ``str`` it is handed
 (another extractor's output, a re-chunk): text with NUL or a lone surrogate is ``IngestRefused("undecodable")``,
@@ -31,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knowledge.chunking import (
+from knowledge.core.chunking import (
     _TOKEN,
     CEILING_TOKENS,
     CHUNKER_VERSION,
@@ -50,13 +51,14 @@ from knowledge.chunking import (
     chunk_id,
     count_tokens,
 )
-from knowledge.ingest import IngestRefused, PreparedDocument, prepare
-from knowledge.normalize import normalize
-from knowledge.render import parse_knowledge_block, render_knowledge_block
-from knowledge.scan import _html_comments, find_secrets, is_instruction_like
-from knowledge.scan_rules import RULES, _matches
-from parsers.base import ExtractionRefused, Structure
-from parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.core.normalize import normalize
+from knowledge.core.prepare import PreparedDocument, prepare
+from knowledge.core.render import parse_knowledge_block, render_knowledge_block
+from knowledge.core.scan import _html_comments, find_secrets, is_instruction_like
+from knowledge.core.scan_rules import RULES, _matches
+from knowledge.errors import ExtractionRefused, IngestRefused
+from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.vocabulary import Structure
 from tests.test_chunking import markdown_doc
 from tests.test_render import AS_OF, nasty_text, passage
 from tests.test_scan import _TEXTS as SCAN_TEXTS
@@ -231,7 +233,7 @@ CLOSED_LIST_ALPHABET = [
 
 
 def reference_normalize(text: str) -> str:
-    """The closed list, written apart from `knowledge.normalize`, for text NFC leaves alone and that states no
+    """The closed list, written apart from `knowledge.core.normalize`, for text NFC leaves alone and that states no
     tab width: CR and CRLF to LF; tabs to the next multiple of 4 columns; trailing whitespace (``str.isspace``)
     off every line; more than two blank lines in a row cut to two (the empty piece after a final newline is
     not a line)."""
@@ -433,7 +435,7 @@ def test_deep_nesting_never_reaches_the_parser() -> None:
     ~50,000 levels; its emphasis nesting was quadratic (20,000 levels: 37 s). In a child process, so a
     regression fails this test instead of killing the run."""
     program = """
-from knowledge.ingest import prepare
+from knowledge.core.prepare import prepare
 for text in ("> " * 100_000 + "x", "- " * 100_000 + "x", "1. " * 50_000 + "x", "*" * 200_000 + "x" + "*" * 200_000,
              "*a " * 20_000 + "x" + " a*" * 20_000, "![" * 100_000 + "x" + "](u)" * 100_000, "> - " * 50_000 + "x",
              "".join(f"[r{i}]: /u{i}\\n" for i in range(30_000))):

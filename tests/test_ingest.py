@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
-from knowledge.chunking import CHUNKER_VERSION, chunk_id
-from knowledge.errors import ServiceClosed
-from knowledge.ingest import IngestRefused, prepare
+from knowledge.core.chunking import CHUNKER_VERSION, chunk_id
+from knowledge.core.prepare import prepare
+from knowledge.errors import IngestRefused, ServiceClosed
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection

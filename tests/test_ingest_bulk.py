@@ -14,12 +14,15 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from knowledge import ingest_bulk
-from knowledge.audit import audit_storage
-from knowledge.ingest import Ingestor, IngestRefused, IngestRequest
+from knowledge.core.prepare import IngestRequest
+from knowledge.errors import IngestRefused
+from knowledge.ingest import bulk as ingest_bulk
+from knowledge.ingest.ingestor import Ingestor
+from knowledge.maintenance.audit import audit_storage
 from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibility
+from knowledge.parsers.base import ExtractorRegistry
 from knowledge.service import KnowledgeService
-from parsers.base import EXTRACTION_OWNER, ExtractorRegistry
+from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
 from tests.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from knowledge.chunking import MAX_MARKDOWN_NESTING, chunk_text
-from knowledge.normalize import normalize
+from knowledge.core.chunking import MAX_MARKDOWN_NESTING, chunk_text
+from knowledge.core.normalize import normalize
 
 CASES = {
     "blockquotes": "'> ' * 100_000 + 'x'",
@@ -23,8 +23,8 @@ CASES = {
 }
 
 CHILD = """
-from knowledge.chunking import chunk_text
-from knowledge.normalize import normalize
+from knowledge.core.chunking import chunk_text
+from knowledge.core.normalize import normalize
 text = normalize({expr})
 drafts = chunk_text(text, "T", markdown=True)
 assert drafts and all(d.text == text[d.start:d.end] for d in drafts)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from knowledge.memory_boundary import (
+from knowledge.core.memory_boundary import (
     AgentMessage,
     Episode,
     EpisodeSource,
@@ -21,8 +21,8 @@ from knowledge.memory_boundary import (
     UserMessage,
     consolidation_input,
 )
+from knowledge.core.render import render_knowledge_block
 from knowledge.models import KnowledgeQuery, TrustLevel
-from knowledge.render import render_knowledge_block
 from knowledge.service import KnowledgeService
 from tests.test_turn import ingest_text, request
 
@@ -129,7 +129,7 @@ _SQL_WRITE = re.compile(
 _FORMATION_FUNCTION = re.compile(
     r"(?:form|assert|write|store|save|create|promote|mine|extract|learn|remember)_?\w*belief|consolidat", re.I)
 #: The one function allowed to build what consolidation reads, in the one module that defines it.
-_SANCTIONED = {("knowledge/memory_boundary.py", "consolidation_input")}
+_SANCTIONED = {("knowledge/core/memory_boundary.py", "consolidation_input")}
 _MEMORY_TYPES = {"Belief", "Episode", "ConsolidationInput"}
 
 
@@ -158,7 +158,7 @@ def formation_violations(path: str, source: str) -> Iterator[str]:
         if isinstance(node, ast.Import | ast.ImportFrom):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in modules:
-                if name != "knowledge.memory_boundary" and _FORMATION_RELATION.search(name):
+                if name != "knowledge.core.memory_boundary" and _FORMATION_RELATION.search(name):
                     yield f"{path}:{node.lineno} imports {name}"
         elif isinstance(node, ast.Call):
             callee = _callee(node)
@@ -187,7 +187,7 @@ def sql_violations(path: str, sql: str) -> Iterator[str]:
 
 def test_no_module_writes_to_or_exposes_a_path_into_belief_formation() -> None:
     modules = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
-    assert len(modules) > 20 and ROOT / "knowledge" / "turn.py" in modules
+    assert len(modules) > 20 and ROOT / "knowledge" / "retrieval" / "turn.py" in modules
     found = [v for p in modules for v in formation_violations(str(p.relative_to(ROOT)), p.read_text("utf-8"))]
     found += [v for p in sorted((ROOT / "migrations").glob("*.sql"))
               for v in sql_violations(str(p.relative_to(ROOT)), p.read_text("utf-8"))]
@@ -195,8 +195,8 @@ def test_no_module_writes_to_or_exposes_a_path_into_belief_formation() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from knowledge.memory_boundary import Belief\nb = Belief(belief_id='x', text='t', tokens=1)\n",
-    "from knowledge.memory_boundary import Belief\nb = Belief.model_validate({})\n",
+    "from knowledge.core.memory_boundary import Belief\nb = Belief(belief_id='x', text='t', tokens=1)\n",
+    "from knowledge.core.memory_boundary import Belief\nb = Belief.model_validate({})\n",
     "def f(x):\n    return Episode(episode_id='e', session_id='s', ordinal=0, source='user', text=x)\n",
     "def passages_to_episodes(p) -> list[Episode]:\n    ...\n",
     "async def form_beliefs_from_passages(p):\n    ...\n",
@@ -211,7 +211,7 @@ def test_the_source_check_catches_a_path_into_formation(source: str) -> None:
 
 def test_the_source_check_allows_reading_beliefs_and_the_sanctioned_builder() -> None:
     allowed = (
-        "from knowledge.memory_boundary import Belief, consolidation_input\n"
+        "from knowledge.core.memory_boundary import Belief, consolidation_input\n"
         "def budget(beliefs: list[Belief]) -> int:\n    return sum(b.tokens for b in beliefs)\n"
         "Q = 'INSERT INTO knowledge_traces (beliefs) VALUES ($1)'\n"
     )

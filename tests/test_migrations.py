@@ -14,10 +14,10 @@ import pytest
 from knowledge.config import Settings
 from knowledge.errors import ConfigurationError, DatabaseUnavailable, MigrationError
 from knowledge.semantic.encoder import available as semantic_available
-from knowledge.semantic.store import table_exists
 from knowledge.service import NO_PGVECTOR, KnowledgeService
 from knowledge.store.db import Database, dsn_with_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
+from knowledge.store.vectors import table_exists
 from tests.conftest import create_database, new_database
 
 

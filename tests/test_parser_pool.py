@@ -10,8 +10,8 @@ import psutil
 import pytest
 from anyio.abc import Process
 
-from parsers.base import EXTRACTION_OWNER, ExtractionRefused
-from supervisors.parser_pool import JobRecord, ParserFailure, ParserPool, loop_slots
+from knowledge.errors import ExtractionRefused, ParserFailure
+from knowledge.supervisors.parser_pool import EXTRACTION_OWNER, JobRecord, ParserPool, loop_slots
 
 FAKE = (sys.executable, "-m", "tests.helpers.fake_child")
 

@@ -1,5 +1,5 @@
-"""The PDF logic in process (`parsers.pdf_extract`) over the shared corpus and synthetic PDFs, and the
-parser child (`python -m parsers.child`) through its stdin/stdout protocol and its own limits.
+"""The PDF logic in process (`knowledge.parsers.pdf_extract`) over the shared corpus and synthetic PDFs, and the
+parser child (`python -m knowledge.parsers.child`) through its stdin/stdout protocol and its own limits.
 
 Bomb files are not parsed in process here (they may take minutes or gigabytes): the pool's tests run
 them under the child's limits. The 412-page manual runs once, in the outline test (~18 s).
@@ -26,10 +26,10 @@ import pytest
 from markdown_it_pyrs import MarkdownIt
 from pikepdf import Dictionary, Name
 
-from knowledge.normalize import normalize
-from parsers import pdf_extract
-from parsers.child import MAX_PROGRESS_BYTES, OPEN_FILES
-from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+from knowledge.core.normalize import normalize
+from knowledge.parsers import pdf_extract
+from knowledge.parsers.child import MAX_PROGRESS_BYTES, OPEN_FILES
+from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
 from tests.conftest import corpus_missing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,7 +320,7 @@ def test_inspection_marker_is_json_safe() -> None:
 
 # --- the child, through its protocol ------------------------------------------------------------------
 
-CHILD = [sys.executable, "-m", "parsers.child"]
+CHILD = [sys.executable, "-m", "knowledge.parsers.child"]
 
 
 def header(op: str, cpu_seconds: int = 20, address_space_bytes: int | None = 512 * 1024 * 1024,

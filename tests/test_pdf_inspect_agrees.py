@@ -9,8 +9,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from parsers.base import ExtractionRefused
-from supervisors.parser_pool import ParserPool
+from knowledge.errors import ExtractionRefused
+from knowledge.supervisors.parser_pool import ParserPool
 from tests.test_pdf_pool import PDFS, manifest, needs_corpus
 
 STRUCTURAL = {"pdf_unreadable", "pdf_encrypted", "pdf_too_large"}

@@ -11,12 +11,11 @@ import anyio
 import psutil
 import pytest
 
-from knowledge.ingest import IngestRefused
+from knowledge.errors import ExtractionRefused, IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
+from knowledge.parsers.pdf import MAX_RANGE_SECONDS, SECONDS_PER_PAGE, PdfExtractor, range_deadline
 from knowledge.service import KnowledgeService
-from parsers.base import ExtractionRefused
-from parsers.pdf import MAX_RANGE_SECONDS, SECONDS_PER_PAGE, PdfExtractor, range_deadline
-from supervisors.parser_pool import EXTRACT_SECONDS, ParserPool
+from knowledge.supervisors.parser_pool import EXTRACT_SECONDS, ParserPool
 from tests.conftest import corpus_missing
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"

@@ -1,4 +1,4 @@
-"""Recovering what can be recovered (`parsers.pdf_extract`, in process): files refused for a loop in
+"""Recovering what can be recovered (`knowledge.parsers.pdf_extract`, in process): files refused for a loop in
 their structure (a page tree whose /Kids loop, an xref chain whose /Prev loops) are extracted from
 pikepdf's repair, while encrypted files are still refused and never rewritten; and combining marks
 (Thai tone marks and vowel signs) never start a line or a paragraph, with no character lost.
@@ -19,8 +19,8 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name
 
-from parsers import pdf_extract
-from parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+from knowledge.parsers import pdf_extract
+from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
 from tests.conftest import corpus_missing
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"

@@ -1,4 +1,4 @@
-"""knowledge.ranking: fusion, each of the four terms, duplicates, caps, the floor and the budget edge."""
+"""knowledge.core.ranking: fusion, each of the four terms, duplicates, caps, the floor and the budget edge."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowledge.models import Authority, RetrievedPassage
-from knowledge.ranking import (
+from knowledge.core.ranking import (
     KNOWLEDGE_V1,
     Candidate,
     RankingPolicy,
@@ -27,6 +26,7 @@ from knowledge.ranking import (
     score,
     select,
 )
+from knowledge.models import Authority, RetrievedPassage
 
 TODAY = date(2026, 7, 28)
 DOC_A = uuid.UUID(int=1)

@@ -1,4 +1,4 @@
-"""knowledge.relevance: the features, the calibrated model, and the floor it drives."""
+"""knowledge.core.relevance: the features, the calibrated model, and the floor it drives."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowledge import relevance_models
-from knowledge.ranking import KNOWLEDGE_V2, rank, select
-from knowledge.relevance import (
+from knowledge.core import relevance_models
+from knowledge.core.ranking import KNOWLEDGE_V2, rank, select
+from knowledge.core.relevance import (
     CLIP,
     LEXICAL_FEATURES,
     SEMANTIC_FEATURES,

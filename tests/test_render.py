@@ -1,4 +1,4 @@
-"""knowledge.render: the spec's envelope, exact escaping, and a parser that returns the stored texts."""
+"""knowledge.core.render: the spec's envelope, exact escaping, and a parser that returns the stored texts."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from knowledge.core.ranking import DEFAULT_POLICY
+from knowledge.core.render import ParsedPassage, parse_knowledge_block, render_knowledge_block
 from knowledge.models import Authority, RetrievedPassage
-from knowledge.ranking import DEFAULT_POLICY
-from knowledge.render import ParsedPassage, parse_knowledge_block, render_knowledge_block
 
 AS_OF = datetime(2026, 7, 28, tzinfo=UTC)
 

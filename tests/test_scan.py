@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge import scan_rules
-from knowledge.scan import SecretFinding, find_secrets, is_instruction_like
+from knowledge.core import scan_rules
+from knowledge.core.scan import SecretFinding, find_secrets, is_instruction_like
 from tests.conftest import corpus_missing
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -27,13 +27,13 @@ from hypothesis.stateful import (
 )
 
 from knowledge.config import Settings
-from knowledge.evidence import lexical_evidence
-from knowledge.ingest import IngestRefused
+from knowledge.core.ranking import DEFAULT_POLICY
+from knowledge.errors import IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, Sensitivity, TrustLevel, Viewer, Visibility
-from knowledge.ranking import DEFAULT_POLICY
-from knowledge.search import LexicalArm
+from knowledge.retrieval.search import LexicalArm
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
+from knowledge.store.evidence import lexical_evidence
 from tests.conftest import corpus_missing
 
 TENANTS = ["ta", "tb", "tc"]

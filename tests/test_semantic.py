@@ -20,19 +20,19 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule, run_state_machine_as_test
 
-from knowledge.audit import audit_storage
 from knowledge.config import Settings
 from knowledge.errors import ConfigurationError
-from knowledge.ingest import Ingestor
+from knowledge.ingest.ingestor import Ingestor
+from knowledge.maintenance.audit import audit_storage
 from knowledge.models import KnowledgeQuery, Sensitivity, TrustLevel
-from knowledge.search import Searcher
+from knowledge.retrieval.search import Searcher
 from knowledge.semantic import enabled
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import available
 from knowledge.semantic.queue import MAX_ATTEMPTS
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
-from supervisors.embedder import BATCH_PASSAGES
+from knowledge.supervisors.embedder import BATCH_PASSAGES
 from tests.test_cli import knowledge  # noqa: F401  (the CLI fixture)
 from tests.test_ingest import footprint, nothing_but_inputs, put, writer
 from tests.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits

@@ -1,7 +1,7 @@
 """A bounded stress run with faults, and the host SIGKILLed mid-ingest: the invariant audit holds.
 
 The long runs (10 minutes, a soak) are `scripts/stress_service.py`; this is the same engine
-(`knowledge.stress`) for ~25 s per event loop, with every fault the injector has: operations
+(`knowledge.stress.engine`) for ~25 s per event loop, with every fault the injector has: operations
 cancelled in flight, database backends terminated mid-transaction, the embedded server restarted,
 parser children SIGKILLed."""
 
@@ -12,7 +12,8 @@ import signal
 import pytest
 
 from knowledge.semantic.encoder import available as semantic_available
-from knowledge.stress import CORPUS, StressOptions, kill_host, run_stress
+from knowledge.stress.engine import StressOptions, kill_host, run_stress
+from tests.conftest import SHARED_CORPUS as CORPUS
 from tests.conftest import corpus_missing
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow,
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow,
 async def test_stress_with_faults_keeps_every_invariant(anyio_backend_name: str) -> None:
     seed = 11 if anyio_backend_name == "trio" else 12
     report = await run_stress(StressOptions(duration=25, faults=True, seed=seed, audit_every=8,
-                                            fault_every=(0.5, 2.0)))
+                                            fault_every=(0.5, 2.0), corpus=CORPUS))
     text = "\n".join(report.lines())
     assert report.ok, text
     assert not report.leaks and report.checked_results > 500, text
@@ -44,7 +45,7 @@ async def test_a_host_killed_mid_ingest_loses_nothing_acknowledged(anyio_backend
     its session running."""
     if anyio_backend_name != "trio":
         pytest.skip("the victim host runs under trio; one run is enough")
-    killed = await kill_host(2, None, None, seed=5, signum=signum)
+    killed = await kill_host(2, None, None, CORPUS, seed=5, signum=signum)
     assert killed.ok, "\n".join(killed.lines())
     assert killed.acknowledged > 20 and killed.live_documents >= killed.acknowledged
     if signum != signal.SIGKILL:
@@ -59,7 +60,7 @@ async def test_stress_with_the_semantic_arm_and_its_queue(anyio_backend_name: st
     seed = 21 if anyio_backend_name == "trio" else 22
     report = await run_stress(StressOptions(duration=10, faults=True, seed=seed, semantic=True, tenants=2,
                                             ingesters=1, versioners=1, deleters=1, senders=1, send_every=(1.0, 2.0),
-                                            fault_every=(1.0, 2.0)))
+                                            fault_every=(1.0, 2.0), corpus=CORPUS))
     text = "\n".join(report.lines())
     assert report.ok, text
     assert not report.leaks and report.checked_results > 50, text

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from knowledge.ingest import IngestRefused
+from knowledge.core.render import parse_knowledge_block
+from knowledge.errors import IngestRefused, ToolRefused, ToolRegistryError
 from knowledge.models import Principal, TrustLevel
-from knowledge.render import parse_knowledge_block
 from knowledge.service import KnowledgeService
 from knowledge.tools import (
     HOST_SCOPE_COUNT,
@@ -23,9 +23,7 @@ from knowledge.tools import (
     Tool,
     ToolContext,
     ToolDomain,
-    ToolRefused,
     ToolRegistry,
-    ToolRegistryError,
 )
 from tests.test_ingest import DOC, footprint, nothing_but_inputs, put
 

@@ -10,12 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowledge.catalog import DeletedChunk
 from knowledge.config import Settings
-from knowledge.memory_boundary import Belief
-from knowledge.models import Authority, KnowledgeChunk, KnowledgeQuery, Sensitivity, Viewer
-from knowledge.service import KnowledgeService
-from knowledge.trace import (
+from knowledge.core.memory_boundary import Belief
+from knowledge.core.trace import (
     DELETED_NOTICE,
     MISSING_NOTICE,
     ClassRecord,
@@ -27,10 +24,12 @@ from knowledge.trace import (
     TraceRetention,
     block_sha256,
     build_view,
-    prune_traces,
     rerender,
 )
-from knowledge.turn import TurnRequest
+from knowledge.core.turn import TurnRequest
+from knowledge.models import Authority, DeletedChunk, KnowledgeChunk, KnowledgeQuery, Sensitivity, Viewer
+from knowledge.service import KnowledgeService
+from knowledge.store.traces import prune_traces
 from tests.test_turn import guide, ingest_text, owner, request
 
 LEVELS = list(Sensitivity)
@@ -256,7 +255,7 @@ async def test_two_tier_retention(service: KnowledgeService, tenant: str) -> Non
 
 
 def test_retention_schedule_is_stated() -> None:
-    from knowledge.trace import TRACE_RETENTION
+    from knowledge.core.trace import TRACE_RETENTION
 
     assert (TRACE_RETENTION.full_days, TRACE_RETENTION.skeleton_days) == (30, 365)
     with pytest.raises(ValueError):

@@ -14,7 +14,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from knowledge.config import Settings
-from knowledge.memory_boundary import Belief
+from knowledge.core.memory_boundary import Belief
+from knowledge.core.render import parse_knowledge_block
+from knowledge.core.trace import block_sha256, rerender
+from knowledge.core.turn import TurnRequest
 from knowledge.models import (
     ArtifactOrigin,
     KnowledgeChunk,
@@ -24,11 +27,9 @@ from knowledge.models import (
     Sensitivity,
     TrustLevel,
 )
-from knowledge.render import parse_knowledge_block
 from knowledge.service import KnowledgeService
 from knowledge.store.locks import lock_document
-from knowledge.trace import block_sha256, rerender, resolve_chunks
-from knowledge.turn import TurnRequest
+from knowledge.store.traces import resolve_chunks
 
 TOPICS = ["rollback", "failover", "snapshot", "compaction", "quorum", "defrag"]
 

@@ -9,11 +9,9 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
-from knowledge.catalog import DeletedChunk
-from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, chunk_text
-from knowledge.ingest import IngestRefused
-from knowledge.lifecycle import DeleteRefused
-from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel, Viewer
+from knowledge.core.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, chunk_text
+from knowledge.errors import DeleteRefused, IngestRefused
+from knowledge.models import ArtifactOrigin, DeletedChunk, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel, Viewer
 from knowledge.service import KnowledgeService
 
 

@@ -1,4 +1,4 @@
-"""The semantic arm's windows (`knowledge.semantic.windows`, pure): property tests over synthetic
+"""The semantic arm's windows (`knowledge.core.windows`, pure): property tests over synthetic
 tokenizer offsets, so they need neither the model nor the `semantic` extra."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowledge.semantic.windows import (
+from knowledge.core.windows import (
     CODE_SHARE,
     MIN_BODY,
     OVERLAP_DIVISOR,

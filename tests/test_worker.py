@@ -19,15 +19,15 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from knowledge.attachments import AttachmentQueue, attachment_document_id
 from knowledge.config import Settings
-from knowledge.ingest import Ingestor
+from knowledge.ingest.attachments import AttachmentQueue, attachment_document_id
+from knowledge.ingest.ingestor import Ingestor
+from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import AttachmentState
+from knowledge.parsers.base import Extractor, ExtractorRegistry
+from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection, Database, open_bridge
-from knowledge.worker import AttachmentWorker, WorkerOptions
-from parsers.base import Extractor, ExtractorRegistry
-from parsers.text import MarkdownExtractor, PlainTextExtractor
 from tests.helpers.attachments import (
     FAST,
     Gate,
@@ -284,8 +284,8 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, setti
     assert settings.dsn is not None
     ref = await upload(service, tenant, markdown("Disaster recovery"), "dr.md")
     document_id = attachment_document_id(tenant, "owner", ref.sha256)
-    command = [sys.executable, "-m", "knowledge.worker", "--dsn", settings.dsn, "--tenant", tenant,
-               "--lease-seconds", "1", "--poll-seconds", "0.05", "--backend", anyio_backend_name,
+    command = [sys.executable, "-m", "knowledge", "--dsn", settings.dsn, "--loop", anyio_backend_name, "--json",
+               "worker", "--only-tenant", tenant, "--lease-seconds", "1", "--poll-seconds", "0.05",
                "--log-level", "WARNING"]
     async with document_key_held(settings.dsn, tenant, document_id):
         process = await anyio.open_process(command, cwd=ROOT)
@@ -366,7 +366,7 @@ async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings
 
 async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
         settings: Settings, tenant: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    caplog.set_level(logging.ERROR, logger="knowledge.worker")
+    caplog.set_level(logging.ERROR, logger="knowledge.maintenance.worker")
     async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
         assert svc.maintenance is not None
         queue = svc.maintenance.queue

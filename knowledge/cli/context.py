@@ -25,10 +25,10 @@ import typer
 from knowledge.cli.output import Output
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
-    from knowledge.catalog import Catalog
     from knowledge.config import Settings
     from knowledge.models import Principal
     from knowledge.service import KnowledgeService
+    from knowledge.store.catalog import Catalog
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -74,8 +74,8 @@ class Options:
 
     def principal(self) -> Principal:
         """The CLI's principal: the operator at a terminal, holding ``knowledge.write``."""
-        from knowledge.ingest import WRITE_SCOPE
         from knowledge.models import Principal
+        from knowledge.vocabulary import WRITE_SCOPE
 
         return Principal(tenant_id=self.tenant, principal_id=self.principal_id, scopes=frozenset({WRITE_SCOPE}))
 
@@ -100,7 +100,7 @@ def join_running_server(data_dir: Path) -> bool:
     """If the embedded server for ``data_dir`` is running, join it so that it stays running when this
     process exits (it was started by ``knowledge db start`` or by another process); else do nothing,
     and the service starts one that stops when this process exits. Returns whether it was running."""
-    from supervisors.embedded_pg import embedded_status, start_embedded
+    from knowledge.supervisors.embedded_pg import embedded_status, start_embedded
 
     if embedded_status(data_dir) is None:
         return False

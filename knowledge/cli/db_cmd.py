@@ -39,7 +39,7 @@ async def _health(opts: Options, **overrides: Any) -> Health:
 @db_app.command("start")
 def start(ctx: typer.Context) -> int:
     """Start the embedded server (initdb on first use), create and migrate the database, and leave it running."""
-    from supervisors.embedded_pg import start_embedded
+    from knowledge.supervisors.embedded_pg import start_embedded
 
     opts = options(ctx)
     data_dir = _embedded_only(opts, "start")
@@ -79,7 +79,7 @@ def stop(ctx: typer.Context, force: Annotated[bool, typer.Option(
         "--force", help="Stop even with clients connected: their transactions roll back and their commands end "
                         "with 'database unavailable' (what they committed stays).")] = False) -> int:
     """Stop the embedded server, whoever started it — unless clients are connected (then --force)."""
-    from supervisors.embedded_pg import embedded_status, stop_embedded
+    from knowledge.supervisors.embedded_pg import embedded_status, stop_embedded
 
     opts = options(ctx)
     data_dir = _embedded_only(opts, "stop")
@@ -109,7 +109,7 @@ def _without_password(dsn: str) -> str:
 @db_app.command("status")
 def status(ctx: typer.Context) -> int:
     """Whether the server answers (exit 0) or not (exit 3): the embedded one of --data-dir, or --dsn's."""
-    from supervisors.embedded_pg import embedded_status
+    from knowledge.supervisors.embedded_pg import embedded_status
 
     opts = options(ctx)
     settings = opts.settings()
@@ -141,7 +141,7 @@ def status(ctx: typer.Context) -> int:
 def _tool(opts: Options, name: str) -> tuple[Path, str]:
     """A client program bundled with the embedded server, and the DSN of the service's database
     (--dsn's, or the embedded server's: started or joined, the database created and migrated)."""
-    from supervisors.embedded_pg import BIN, embedded_status
+    from knowledge.supervisors.embedded_pg import BIN, embedded_status
 
     settings = opts.settings()
     dsn = settings.dsn

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from knowledge import console
+from knowledge.cli import console
 from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import human_bytes, safe
 from knowledge.cli.reading import open_reader
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
-    from knowledge.catalog import Catalog, Citation, DeletedChunk, DocumentDetail, DocumentSummary, VersionInfo
+    from knowledge.models import DeletedChunk
+    from knowledge.store.catalog import Catalog, Citation, DocumentDetail, DocumentSummary, VersionInfo
 
 docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
 chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
@@ -57,7 +58,7 @@ async def resolve_document(cat: Catalog, tenant: str, ref: uuid.UUID | str) -> u
 
 
 def _path(heading_path: list[str]) -> str:
-    from knowledge.render import PATH_SEPARATOR
+    from knowledge.core.render import PATH_SEPARATOR
 
     return PATH_SEPARATOR.join(heading_path)
 
@@ -224,7 +225,7 @@ def rechunk(
             if live is None:
                 raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
                                EXIT_REFUSED)
-            from knowledge.chunking import Chunker, MarkdownChunker, PlainTextChunker
+            from knowledge.core.chunking import Chunker, MarkdownChunker, PlainTextChunker
 
             choice: Chunker
             if chunker is ChunkerChoice.PARAGRAPHS:
@@ -277,7 +278,7 @@ def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(metav
         async with open_reader(opts) as cat:
             return await cat.resolve_citation(opts.tenant, chunk_id)
 
-    from knowledge.catalog import DeletedChunk
+    from knowledge.models import DeletedChunk
 
     found = opts.run(run, read_only=True)
     if found is None:

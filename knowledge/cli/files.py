@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from knowledge import console
+from knowledge.cli import console
 from knowledge.cli.context import EXIT_REFUSED, CliError
-from knowledge.errors import ArtifactTooLarge, KnowledgeError
+from knowledge.errors import ArtifactTooLarge, NotARegularFile
 
 #: Extensions read as plain text although their guessed type is not ``text/*`` (configuration and
 #: lightweight markup that runbooks are written in).
@@ -166,10 +166,6 @@ def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[st
             seen.add(entry.file.resolve())
             unique.append(entry)
     return unique
-
-
-class NotARegularFile(KnowledgeError):
-    reason = "not_a_regular_file"
 
 
 def read_source(file: Path, limit: int) -> bytes:

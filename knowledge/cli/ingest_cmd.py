@@ -38,8 +38,8 @@ from knowledge.vocabulary import ArtifactOrigin, Authority, Sensitivity, TrustLe
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from rich.progress import Progress
 
-    from knowledge.ingest import IngestRequest
-    from knowledge.ingest_bulk import Outcome
+    from knowledge.core.prepare import IngestRequest
+    from knowledge.ingest.bulk import Outcome
     from knowledge.models import Principal
     from knowledge.semantic.queue import Backlog
     from knowledge.service import KnowledgeService
@@ -83,8 +83,8 @@ class _Upload:
 async def upload_file(svc: KnowledgeService, principal: Principal, found: Found, request: dict[str, Any]) -> _Upload:
     """Read one file and put it as an upload with an expiry; an unchanged file or an unreadable
     one is settled here. A refusal is an outcome, not an exception."""
-    from knowledge.catalog import live_documents
-    from knowledge.ingest import IngestRequest
+    from knowledge.core.prepare import IngestRequest
+    from knowledge.store.catalog import live_documents
 
     file, title = found.file, found.title
     stdin_name = request.get("stdin", {}).get(file)
@@ -130,8 +130,8 @@ UNAVAILABLE = ("database_unavailable", "embedded_server")
 
 def lost_database(exc: BaseException) -> KnowledgeError | None:
     """The typed error if ``exc`` (or the one leaf of its group) means the database went away."""
-    from knowledge.retry import unavailable
     from knowledge.store.db import is_transient
+    from knowledge.store.retry import unavailable
 
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -155,9 +155,9 @@ class IngestCut(Exception):
 async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> FileOutcome:
     """One file's outcome from its ingest's. A file another process ingested meanwhile (two
     ingests of one folder at once) is ``unchanged`` when that process stored the same bytes."""
-    from knowledge.catalog import live_document
-    from knowledge.ingest import IngestRefused
+    from knowledge.errors import IngestRefused
     from knowledge.models import KnowledgeDocument
+    from knowledge.store.catalog import live_document
 
     out = upload.out
     if isinstance(outcome, IngestRefused) and outcome.reason == "document_exists" and upload.request is not None:
@@ -192,7 +192,7 @@ def tally(results: list[FileOutcome]) -> dict[str, int]:
 
 def _detail(r: FileOutcome) -> str:
     if r.reason == "secret_detected" and r.chunk_ordinal is not None:
-        from knowledge.render import PATH_SEPARATOR
+        from knowledge.core.render import PATH_SEPARATOR
 
         path = PATH_SEPARATOR.join(r.heading_path or []) or "(no heading)"
         return f"chunk {r.chunk_ordinal} under {path}"

@@ -16,7 +16,7 @@ signal into ordinary cancellation:
 - a second signal while that cleanup runs exits at once (`exit_now`): the connections close with
   the process, so the server rolls back whatever was in flight.
 
-Before and after the loop, `knowledge.console`'s handlers keep the signal: the receiver acts on
+Before and after the loop, `knowledge.cli.console`'s handlers keep the signal: the receiver acts on
 one kept before it was in place, and `run` on one kept as the loop ended.
 """
 
@@ -33,8 +33,8 @@ import anyio
 import sniffio
 from anyio.abc import TaskStatus
 
-from knowledge import console
-from knowledge.console import SIGNALS, Interrupted
+from knowledge.cli import console
+from knowledge.cli.console import SIGNALS, Interrupted
 from knowledge.store.db import log_loop_error
 from knowledge.structured import HeldError
 

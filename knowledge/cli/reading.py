@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from knowledge.cli.context import Options, open_service
 
 if TYPE_CHECKING:
-    from knowledge.catalog import Catalog
+    from knowledge.store.catalog import Catalog
     from knowledge.store.db import Database
 
 
@@ -31,7 +31,7 @@ def _dsn(opts: Options) -> str | None:
     settings = Settings.from_env(dsn=opts.dsn, data_dir=opts.data_dir)
     if settings.dsn is not None:
         return settings.dsn
-    from supervisors.embedded_pg import embedded_status
+    from knowledge.supervisors.embedded_pg import embedded_status
 
     server = embedded_status(settings.data_dir)
     return None if server is None else server.dsn(settings.database)
@@ -48,8 +48,9 @@ async def _current(db: Database) -> bool:
 async def open_reader(opts: Options) -> AsyncIterator[Catalog]:
     """The catalog, to read (see the module docstring). Cancellation propagates; the connection is
     closed on the way out."""
-    from knowledge.catalog import Catalog
-    from knowledge.store.db import Database, DatabaseMissing, open_bridge
+    from knowledge.errors import DatabaseMissing
+    from knowledge.store.catalog import Catalog
+    from knowledge.store.db import Database, open_bridge
 
     dsn = _dsn(opts)
     if dsn is not None:

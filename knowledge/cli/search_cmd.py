@@ -82,7 +82,7 @@ def search(
     """Search as --principal of --tenant: the passages for a person on a terminal, the agent's
     <knowledge> block when piped (or with --format envelope); --json: the passages and the block;
     --jsonl: a line per passage."""
-    from knowledge.render import render_knowledge_block
+    from knowledge.core.render import render_knowledge_block
     from knowledge.semantic.arm import SemanticArm
 
     opts = options(ctx)

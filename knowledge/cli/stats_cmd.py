@@ -18,10 +18,10 @@ from knowledge.cli.output import human_bytes
 from knowledge.cli.reading import open_reader
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
-    from knowledge.attachments import QueueOverview
-    from knowledge.catalog import CitationCounts, CorpusSize, TenantSummary
-    from knowledge.metrics import BudgetPressure, IngestStats
+    from knowledge.ingest.attachments import QueueOverview
     from knowledge.semantic.queue import Backlog
+    from knowledge.store.catalog import CitationCounts, CorpusSize, TenantSummary
+    from knowledge.store.metrics import BudgetPressure, IngestStats
 
 NO_TRACES = "n/a (no turns traced)"
 
@@ -38,9 +38,9 @@ def stats(ctx: typer.Context) -> int:
         settings = opts.settings()
         # The queue is read without the arm: stats never starts the model.
         version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
-        from knowledge.attachments import AttachmentQueue
-        from knowledge.metrics import budget_pressure, ingest_stats
+        from knowledge.ingest.attachments import AttachmentQueue
         from knowledge.semantic.queue import queue_backlog
+        from knowledge.store.metrics import budget_pressure, ingest_stats
 
         async with open_reader(opts) as cat:
             return (await cat.corpus_size(opts.tenant), await cat.read("ingest_stats", ingest_stats, opts.tenant),

@@ -1,4 +1,4 @@
-"""``knowledge worker``: the maintenance worker (`knowledge.worker`) as a long-running process.
+"""``knowledge worker``: the maintenance worker (`knowledge.maintenance.worker`) as a long-running process.
 
 It runs the attachment workers (owner-sent attachments) and the artifact sweeper under one
 supervisor until SIGINT or SIGTERM; then the service closes: a job in flight rolls back and its
@@ -7,13 +7,41 @@ attachment is released for the next worker.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import Annotated, Any
+import os
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio
 import typer
 
 from knowledge.cli.context import CliError, Options, join_running_server, options
+
+if TYPE_CHECKING:
+    from knowledge.config import Settings
+
+_log = logging.getLogger(__name__)
+
+
+async def serve(settings: Settings, *, announce: Callable[[dict[str, Any]], None]) -> None:
+    """Open a service that runs the maintenance worker, call ``announce`` with its facts, and run
+    until SIGINT or SIGTERM; then close it (jobs in flight roll back and are released) and return.
+    Cancellation: the same close, then it propagates."""
+    from knowledge.service import KnowledgeService
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with KnowledgeService.open(settings) as svc:
+            maintenance = svc.maintenance
+            if maintenance is None:
+                raise CliError("the service was opened without its maintenance worker")
+            announce({"ready": True, "pid": os.getpid(), "process": maintenance.process,
+                      "workers": [w.worker_id for w in maintenance.workers]})
+            async for signum in signals:
+                _log.info("signal %d: stopping the maintenance worker", signum)
+                break
+        status = maintenance.snapshot()  # after the close: jobs in flight are released by now
+        announce({"stopped": True, "workers": [w.model_dump() for w in status.workers]})
 
 
 def _announce(opts: Options, facts: dict[str, Any]) -> None:
@@ -40,13 +68,6 @@ def worker(
 ) -> int:
     """Run the maintenance worker (attachments, artifact sweeper) until SIGINT/SIGTERM stop it cleanly."""
     opts = options(ctx)
-    try:
-        module = importlib.import_module("knowledge.worker")
-    except ImportError:
-        module = None
-    serve = getattr(module, "serve", None)
-    if serve is None:
-        raise CliError("the maintenance worker is not available in this build (no knowledge.worker.serve)")
     level = logging.getLevelName(log_level.upper())
     if not isinstance(level, int):
         raise CliError(f"unknown --log-level {log_level!r}")

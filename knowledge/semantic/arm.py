@@ -3,8 +3,8 @@
 One statement per search, in a transaction that sets pgvector's scan options locally:
 
 1. the query's vector (from the embedder child) against the tenant's windows of this model
-   version, joined to their chunk and document version under `knowledge.search.ADMIT` (tenant,
-   visibility, project, sensitivity, live version or ``as_of``) and `knowledge.search.LIVE_SET`
+   version, joined to their chunk and document version under `knowledge.retrieval.search.ADMIT` (tenant,
+   visibility, project, sensitivity, live version or ``as_of``) and `knowledge.retrieval.search.LIVE_SET`
    (the chunk set live then) — the very predicates of the lexical arm, in the SQL that fetches
    candidates, never applied after ranking;
 2. ordered by distance over the model version's partial HNSW index with **iterative index scans**
@@ -24,7 +24,7 @@ Strength (the relevance floor's evidence): ``(cosine - floor) / (1 - floor)`` cl
 ``floor`` = `COSINE_FLOOR`: below it a window is no evidence at all.
 
 The arm never makes a search wait on the model: while no embedder child serves (the service just
-started, or a dead child is being replaced) it raises `knowledge.search.ArmUnavailable` at once, and
+started, or a dead child is being replaced) it raises `knowledge.retrieval.search.ArmUnavailable` at once, and
 if the query's vector takes longer than `QUERY_WAIT_SECONDS` (a child busy past one ingest batch) it
 gives up the same way; the search then goes on lexical-only and is counted.
 """
@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from knowledge.core.ranking import Candidate
+from knowledge.errors import ArmUnavailable, EmbedderUnavailable
 from knowledge.models import KnowledgeQuery
-from knowledge.ranking import Candidate
-from knowledge.search import ADMIT, LIVE_SET, ArmUnavailable, candidate_from_row
-from knowledge.semantic.store import model_literal
 from knowledge.store.db import Database
-from supervisors.embedder import Embedder, EmbedderUnavailable
+from knowledge.store.retrieval import ADMIT, LIVE_SET, candidate_from_row
+from knowledge.store.vectors import model_literal
+from knowledge.supervisors.embedder import Embedder
 
 #: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.
 COSINE_FLOOR = 0.2

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowledge.semantic.windows import prefix, window_texts
+from knowledge.core.windows import prefix, window_texts
 
 #: The model's published limit is 256 word pieces; it was trained on 128.
 MODEL_MAX_PIECES = 256
@@ -53,7 +53,7 @@ def onnx_file() -> Path | None:
 def model_version(window: int = DEFAULT_WINDOW) -> str:
     """Names the vectors: the model and how passages become windows. A change is a new version
     (issue 11's ``minilm-l6-v2-w128``: a quarter overlap, every window; issue 18's: an eighth, code
-    and table windows skipped, `knowledge.semantic.windows`)."""
+    and table windows skipped, `knowledge.core.windows`)."""
     return f"minilm-l6-v2-w{window}-o8-code" if window else "minilm-l6-v2-whole"
 
 

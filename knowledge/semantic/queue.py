@@ -31,9 +31,10 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel
 
-from knowledge.semantic.store import insert_missing
+from knowledge.errors import EmbedderUnavailable
 from knowledge.store.db import Database
-from supervisors.embedder import BATCH_PASSAGES, Embedder, EmbedderUnavailable
+from knowledge.store.vectors import QUEUE_INSERT, insert_missing
+from knowledge.supervisors.embedder import BATCH_PASSAGES, Embedder
 
 _log = logging.getLogger(__name__)
 
@@ -87,9 +88,6 @@ class QueueRow:
 # --- SQL -----------------------------------------------------------------------------------------
 
 #: The columns a queued row needs of its chunk set; ``$n`` placeholders as the caller wants them.
-QUEUE_INSERT = """
-INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version, chunk_count)
-"""
 
 _CLAIM = """
 UPDATE knowledge_embedding_queue q

@@ -20,8 +20,8 @@ import anyio
 
 from knowledge.errors import ArtifactError, ArtifactNotFound, ArtifactTooLarge
 from knowledge.models import ArtifactOrigin, ArtifactRef, TrustLevel
-from knowledge.retry import retry_transient
 from knowledge.store.db import Connection, Database, Record, UniqueViolation, is_transient
+from knowledge.store.retry import retry_transient
 
 _log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ async def insert_artifact(
 async def store_retrying(db: Database, tenant_id: str,
                          write: Callable[[Connection, UUID], Awaitable[ArtifactRef]]) -> ArtifactRef:
     """Run ``write(tx, artifact_id)`` (which inserts that artifact) in a transaction, retrying
-    transient faults with the same new artifact id (`knowledge.retry`): after a COMMIT of unknown
+    transient faults with the same new artifact id (`knowledge.store.retry`): after a COMMIT of unknown
     outcome, a retry that finds the id taken returns the artifact already stored. Cancellation:
     either the artifact was committed or nothing was written."""
     artifact_id = uuid4()

@@ -26,7 +26,7 @@ import anyio
 import asyncpg
 import sniffio
 
-from knowledge.errors import DatabaseUnavailable
+from knowledge.errors import DatabaseMissing, DatabaseUnavailable
 from knowledge.structured import HeldError
 
 _log = logging.getLogger(__name__)
@@ -356,10 +356,6 @@ async def ensure_database(admin_dsn: str, name: str, bridge: Bridge) -> bool:
         except asyncpg.UniqueViolationError:  # two creators racing on pg_database's index
             return False
         return True
-
-
-class DatabaseMissing(DatabaseUnavailable):
-    """The DSN names a database the server does not have."""
 
 
 @contextlib.asynccontextmanager

@@ -1,6 +1,6 @@
 """Per-document advisory locks: every version, delete, attachment withdrawal and trace write of one
-document serializes on the same transaction-scoped lock (`knowledge.ingest`, `knowledge.lifecycle`,
-`knowledge.attachments`, `knowledge.trace`).
+document serializes on the same transaction-scoped lock (`knowledge.ingest`, `knowledge.store.deletion`,
+`knowledge.ingest.attachments`, `knowledge.store.traces`).
 
 Cancellation: the locks are transaction-scoped; a cancelled transaction rolls back and releases them.
 """
@@ -24,7 +24,7 @@ async def lock_document(tx: Connection, tenant: str, document_id: uuid.UUID) -> 
 
 async def lock_documents(tx: Connection, documents: Iterable[tuple[str, uuid.UUID]], *, shared: bool = False) -> None:
     """`lock_document` for each (tenant, document), in one statement and one order (by key: within
-    a tenant, the documents' id order, as `knowledge.lifecycle` takes them); ``shared``: in shared
+    a tenant, the documents' id order, as `knowledge.store.deletion` takes them); ``shared``: in shared
     mode. Held to the end of ``tx``."""
     keys = sorted({document_lock_key(tenant, document_id) for tenant, document_id in documents})
     if keys:

@@ -60,7 +60,7 @@ class Migration:
 def discover() -> list[Migration]:
     """Every migration shipped with the package, in order; gaps and duplicates are errors."""
     found: list[Migration] = []
-    for entry in resources.files("migrations").iterdir():
+    for entry in resources.files("knowledge.migrations").iterdir():
         match = _FILE.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))

@@ -11,11 +11,11 @@ from typing import Any
 
 import anyio
 
-from knowledge.attachments import AttachmentQueue, AttachmentStatus
+from knowledge.ingest.attachments import AttachmentQueue, AttachmentStatus
+from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import ArtifactRef, Principal
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection, Database
-from knowledge.worker import AttachmentWorker, WorkerOptions
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 PDFS = CORPUS / "pdf"

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from knowledge.store.db import Database, open_bridge
-from supervisors.embedded_pg import start_embedded
+from knowledge.supervisors.embedded_pg import start_embedded
 
 
 async def _probe(dsn: str) -> int:

@@ -1,0 +1,581 @@
+"""Secret-scan rules: credential formats, and the checks that tell a live credential from a placeholder.
+
+Used only through `knowledge.core.scan.find_secrets`. Every rule is a compiled regex that starts with a literal
+(a provider prefix, ``://``, ``-----BEGIN``) or a separator (``key: value``, ``KEY=value``), so the scan is a
+few fast passes over the text; the costly checks (entropy, checksums, base64 and JSON decoding) run only on
+the rare candidates.
+
+A candidate is reported only when its value looks issued rather than written by a person: provider
+checksums where the format has one (GitHub, npm), otherwise length, character classes, Shannon entropy,
+and the absence of placeholder marks (``xxxx``, ``<your-token>``, ``${VAR}``, ``EXAMPLE``, ``...``,
+sequential runs such as ``1234567890``). Base64 values are judged by what they decode to, so the base64
+of "changeme" passes and the base64 of a random password does not.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import hashlib
+import itertools
+import json
+import math
+import re
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+Span = tuple[int, int]
+
+# An audited baseline, as detect-secrets and gitleaks keep one: SHA-256 of exact values a person has
+# reviewed and found to be documentation examples. Only that exact string passes; nothing generalizes.
+AUDITED_EXAMPLES: frozenset[str] = frozenset(
+    {
+        # argo-cd docs, user-management/zitadel.md: "For our example, the following values are used",
+        # the ClientSecret of the guide's example application, and the same value in its sample ConfigMap.
+        "a14d2056cc07da853209b494e87e8542cfb93a1381a0a5344601346553612f80",
+        # argo-cd docs, notifications/services/pushover.md: the token in a template Secret whose name is
+        # itself a placeholder (``name: <secret-name>``).
+        "ea4ba3f83aa895f3ed916fe887311a2c5aa4cd817bbdbb754847e238608047e5",
+    }
+)
+
+
+def fingerprint(value: str) -> str:
+    """SHA-256 hex of a credential value, the key of `AUDITED_EXAMPLES`."""
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# --- value checks -------------------------------------------------------------------------------
+
+
+def entropy(value: str) -> float:
+    """Shannon entropy in bits per character."""
+    n = len(value)
+    if n == 0:
+        return 0.0
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+
+
+def _classes(value: str) -> int:
+    """How many of lower / upper / digit / other ASCII-printable classes the value uses."""
+    lower = upper = digit = other = False
+    for ch in value:
+        if "a" <= ch <= "z":
+            lower = True
+        elif "A" <= ch <= "Z":
+            upper = True
+        elif "0" <= ch <= "9":
+            digit = True
+        else:
+            other = True
+    return lower + upper + digit + other
+
+
+def _step_fraction(value: str) -> float:
+    """Share of neighbouring pairs that repeat or count up/down by one: high for 'abcdef', '1234567890', 'xxxx'."""
+    if len(value) < 2:
+        return 1.0
+    steps = sum(1 for a, b in itertools.pairwise(value) if abs(ord(b) - ord(a)) <= 1)
+    return steps / (len(value) - 1)
+
+
+def _dominant_share(value: str) -> float:
+    return max(Counter(value).values()) / len(value) if value else 1.0
+
+
+# Marks a person writes in place of a value; an issued credential never contains them.
+_PLACEHOLDER_MARK = re.compile(
+    r"<[A-Za-z][A-Za-z0-9 _.:/-]*>|\$\{|\{\{|\$\(|%\(|%[A-Z_]{2,}%|\*{3,}|\.{3}|…|x{4,}|X{4,}|EXAMPLE|\(snip\)",
+    re.ASCII,
+)
+# Words that only a hand-written stand-in or a human-chosen default contains (gitleaks calls these stopwords).
+# In values of up to 16 characters (the length people choose) they are looked for after undoing leetspeak,
+# so "P@ssw0rd!" counts as the word it spells; in longer, generated values that would hit random text too often.
+_STOPWORDS = (
+    "example", "sample", "placeholder", "changeme", "changeit", "change_me", "change-me", "pass", "secret",
+    "token", "dummy", "fake", "redacted", "replace", "your", "test", "demo", "foobar", "lorem", "insert",
+    "hidden", "masked", "snip", "hunter", "qwerty", "letmein", "default", "admin", "welcome", "secure",
+)  # fmt: skip
+_UNLEET = str.maketrans("013457@$", "oleastas")
+# Self-describing password-hash formats (bcrypt, sha-crypt, argon2, scrypt): a hash is not a credential.
+_PASSWORD_HASH = re.compile(r"\$(?:2[abxy]?|5|6|y|7|argon2(?:id|i|d)|scrypt|pbkdf2[-a-z0-9]*)\$", re.ASCII)
+_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+", re.ASCII)
+_VOWEL = re.compile(r"[aeiouyAEIOUY]")
+_B64 = re.compile(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}", re.ASCII)
+# A unit typed again and again: "deadbeefdeadbeef", "abcabcabc".
+_REPEATED = re.compile(r"(.{3,16})\1\1", re.DOTALL)
+
+
+def is_placeholder(value: str) -> bool:
+    """True when the value carries a mark of a hand-written stand-in rather than an issued credential."""
+    return (
+        _PLACEHOLDER_MARK.search(value) is not None
+        or _dominant_share(value) >= 0.4
+        or _step_fraction(value) >= 0.5
+        or _REPEATED.search(value) is not None
+    )
+
+
+def _identifier_like(value: str) -> bool:
+    """Names such as 'argocd-repo-server-tls' or 'myWebhookKey2': every letter run is a pronounceable word."""
+    parts = _WORD_PART.findall(value)
+    separators = sum(value.count(sep) for sep in "-_. ")
+    if sum(map(len, parts)) < len(value) - separators:
+        return False  # other symbols: not a plain name
+    alpha = [p for p in parts if not p.isdigit()]
+    return bool(alpha) and all(len(p) >= 3 and _VOWEL.search(p) is not None for p in alpha)
+
+
+def _is_path(value: str) -> bool:
+    """'/etc/argocd/tls.crt', '~/.kube/config': every segment is a name (a base64 key with '/' is not)."""
+    if not value.startswith(("/", "./", "../", "~/")):
+        return False
+    segments = [seg for seg in value.lstrip("~.").split("/") if seg]
+    return all(_identifier_like(seg) or seg.isdigit() for seg in segments)
+
+
+def _decoded_text(value: str) -> str | None:
+    """The text a base64 value encodes, when it encodes printable ASCII; else None."""
+    if len(value) < 8 or _B64.fullmatch(value) is None:
+        return None
+    padded = value + "=" * (-len(value.rstrip("=")) % 4) if "=" not in value else value
+    try:
+        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if raw and all(32 <= b < 127 or b in (9, 10, 13) for b in raw):
+        return raw.decode("ascii")
+    return None
+
+
+# A reference to a value kept elsewhere: $VAR, ${VAR}, $oidc.keycloak.clientSecret, &anchor, @file.
+_REFERENCE = re.compile(r"[$&@][A-Za-z_{(][A-Za-z0-9_.:{}()/-]*", re.ASCII)
+
+
+def _written(value: str) -> bool:
+    """The cheap half of `looks_random`: marks and words that only a person writes into a value."""
+    plain = value.lower()
+    if len(value) <= 16:
+        plain = plain.translate(_UNLEET)
+    return (
+        any(word in plain for word in _STOPWORDS)
+        or _REFERENCE.fullmatch(value) is not None
+        or "://" in value
+        or _PLACEHOLDER_MARK.search(value) is not None
+        or _PASSWORD_HASH.match(value) is not None
+    )
+
+
+def looks_random(value: str, min_len: int = 12) -> bool:
+    """True when a free-form value (a password, a client secret) looks generated rather than written."""
+    if not min_len <= len(value) <= 256 or not value.isascii() or not value.isprintable() or _written(value):
+        return False
+    if value.count(" ") >= 2:
+        return False  # a phrase ("see the vault entry"), which a quoted value may hold; generators add no spaces
+    if is_placeholder(value) or _is_path(value) or _identifier_like(value):
+        return False
+    decoded = _decoded_text(value)
+    if decoded is not None:
+        # base64 of "changeme" passes, base64 of a generated password does not.
+        return looks_random(decoded.strip(), min_len=8)
+    # Entropy floors sit below the 1-in-10,000 quantile of random strings of that length (measured): over 62+
+    # symbols, 2.6 bits at 12 characters, 3.3 at 20; over hex, the poorest two-class alphabet, 2.56 at 20.
+    classes = _classes(value)
+    if classes >= 3:
+        return entropy(value) >= min(math.log2(len(value)) - 1.05, 3.5)
+    if classes == 2:
+        return len(value) >= 20 and entropy(value) >= 2.4
+    return False
+
+
+def _random_part(value: str, min_entropy: float = 3.0) -> bool:
+    """For provider tokens, whose prefix already says 'credential': the random part is not masked.
+
+    Each caller's entropy floor sits below the 1-in-10,000 quantile of random strings of its length and alphabet.
+    """
+    return not is_placeholder(value) and entropy(value) >= min_entropy
+
+
+# --- provider checks ----------------------------------------------------------------------------
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _base62(number: int, width: int) -> str:
+    digits = ""
+    while number:
+        number, rem = divmod(number, 62)
+        digits = _BASE62[rem] + digits
+    return digits.rjust(width, "0")
+
+
+def _crc32_suffix_ok(body: str) -> bool:
+    """GitHub (ghp_/gho_/…) and npm (npm_) tokens end in the base62 CRC32 of their 30 random characters."""
+    return _base62(zlib.crc32(body[:30].encode("ascii")), 6) == body[30:]
+
+
+def _b64url_json(segment: str) -> object:
+    try:
+        return json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    except (binascii.Error, ValueError, RecursionError):  # RecursionError: hostile nesting depth
+        return None
+
+
+def _jwt_ok(token: str) -> bool:
+    """A signed JWT: a JSON header naming an algorithm, a JSON payload, and an unmasked signature."""
+    header, payload, signature = token.split(".", 2)
+    head = _b64url_json(header)
+    return (
+        isinstance(head, dict)
+        and head.get("alg") not in (None, "none")
+        and isinstance(_b64url_json(payload), dict)
+        and _random_part(signature)
+    )
+
+
+def _counts_up(digits: str) -> bool:
+    """'1234567890', '1234567890123', '0000000000': ids that only documentation uses."""
+    steps = {(int(b) - int(a)) % 10 for a, b in itertools.pairwise(digits)}
+    return steps <= {1} or steps <= {0}
+
+
+def _slack_ok(value: str) -> bool:
+    """A Slack token whose team/user ids are real (not counting up) and whose secret tail is unmasked."""
+    *ids, tail = value.split("-")
+    return not any(_counts_up(part) for part in ids) and _random_part(tail, 2.5)
+
+
+_PEM_PRIVATE = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,12} ){0,2}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_HEADER_LINE = re.compile(r"^[A-Za-z-]+:")  # Proc-Type:, DEK-Info:, Comment:, Version:
+_PEM_BODY_LINE = re.compile(r"[A-Za-z0-9+/]+={0,2}", re.ASCII)
+# Elisions in a key body. Not the general placeholder marks: "XXXX" occurs by chance in a real 1,600-character
+# body about once in 5,000 keys, and an all-X body fails the entropy floor anyway.
+_ELIDED = re.compile(r"\.\.\.|…|\b(?i:redacted|snip)\b|<[A-Za-z][^>\n]*>|\$\{|\{\{")
+_PEM_TRIM = " \t\"',|>+"  # indentation, JSON/YAML quoting and string concatenation around each body line
+
+
+def _pem_body_ok(body: str) -> bool:
+    """Real key material: at least 64 base64 characters of high entropy, and nothing elided."""
+    body = body.replace("\\n", "\n").replace("\\r", "")
+    if _ELIDED.search(body):
+        return False
+    material = []
+    for raw in body.split("\n"):
+        line = raw.strip(_PEM_TRIM)
+        if not line or _PEM_HEADER_LINE.match(line) or (line[0] == "=" and len(line) <= 5):
+            continue  # blank, armor headers, and the OpenPGP armor checksum ("=abcd")
+        if _PEM_BODY_LINE.fullmatch(line) is None:
+            return False  # prose or markup inside the block: an illustration, not a key
+        material.append(line)
+    joined = "".join(material)
+    return len(joined) >= 60 and entropy(joined) >= 4.2  # an Ed25519 PKCS#8 body is 64 characters
+
+
+def _b64_pem_ok(value: str) -> bool:
+    """A base64-encoded PEM private key, as in a Kubernetes Secret's ``data:``."""
+    text = _decoded_text(value.rstrip("="))
+    if text is None:
+        return False
+    match = _PEM_PRIVATE.search(text)
+    if match is None:
+        return False
+    end = text.find("-----", match.end())
+    return _pem_body_ok(text[match.end() : end if end >= 0 else len(text)])
+
+
+# --- generic assignments ------------------------------------------------------------------------
+
+# Found separator-first, because a case-insensitive keyword alternation is ~15x slower in `re`. The pattern
+# holds only the value's first 12 characters, so a candidate whose key fails costs constant work; the rest of
+# the value is read only for a key that names a secret. A value never starts with "//" (skipping the "://"
+# of every URL, most separator hits in prose) nor with another separator (so "====" is not a candidate).
+_ASSIGNMENT = re.compile(
+    r"[:=][=>]?[ \t]{0,4}(?:(?P<q>[\"'`])(?P<qv>[^\s\"'`][^\n\"'`]{11})|(?P<v>(?!//)[^\s\"'`,;:=][^\s\"'`,;]{11}))",
+    re.ASCII,
+)
+_VALUE_REST = re.compile(r"[^\s\"'`,;]{0,244}", re.ASCII)
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_SECRET_WORD = re.compile(
+    r"(?i:pass|pwd|secret|token|api[_-]?key|access[_-]?key|auth[_-]?key|credential|private[_-]?key)", re.ASCII
+)
+_SECRET_WORD_HINTS = ("pass", "pwd", "secret", "token", "key", "credential")
+# Key names that contain a secret word but name something else (a Secret's name, a file, a URL, a type).
+_NOT_SECRET_KEY = re.compile(
+    r"(?:^|[_.-]|(?<=[a-z0-9])(?=[A-Z]))(?i:name|names|ref|file|path|url|uri|endpoint|type|kind|id|ids|dir|"
+    r"length|len|policy|format|header|env|var|mode|ttl|expiry|expiration|prefix|suffix|template|selector|"
+    r"namespace|version|count|hash|sha|sha1|sha256|sha512|digest|checksum|fingerprint|field|source)$",
+    re.ASCII,
+)
+# etcd's simple tokens (16 letters, a dot, an index) are session handles held in one server's memory with a
+# 300 s TTL: they die with the session, so documentation that shows one leaks nothing durable.
+_ETCD_SIMPLE_TOKEN = re.compile(r"[A-Za-z]{16}\.[0-9]+", re.ASCII)
+
+
+def _key_before(text: str, sep: int) -> str:
+    """The key name ending just before a separator: ``DB_PASSWORD``, ``"password"``, ``clientSecret``."""
+    low = max(0, sep - 72)
+    end = sep
+    while end > low and text[end - 1] in " \t":
+        end -= 1
+    if end > low and text[end - 1] in "\"'":
+        end -= 1
+    start = end
+    while start > low and text[start - 1] in _KEY_CHARS:
+        start -= 1
+    return text[start:end]
+
+
+def _assignments(text: str) -> Iterator[Span]:
+    """``<key naming a secret> [:=] <generated-looking value>``, as in .env, YAML, INI, JSON and shell.
+
+    Assignments may nest (``//host/:_authToken=…`` holds a second separator inside the first candidate), so
+    the search resumes one character on; but once a value was weighed in full, separators inside it are
+    skipped, which keeps hostile input ("k9pwd=k9pwd=…") linear.
+    """
+    pos = 0
+    while (match := _ASSIGNMENT.search(text, pos)) is not None:
+        pos = match.start() + 1
+        key = _key_before(text, match.start())
+        if not any(word in key.lower() for word in _SECRET_WORD_HINTS):
+            continue  # the cheap, common exit
+        if _SECRET_WORD.search(key) is None or _NOT_SECRET_KEY.search(key):
+            continue
+        quote = match["q"]
+        start = match.start("qv" if quote else "v")
+        close = text.find(quote, start, start + 257) if quote else -1
+        if close > start and "\n" not in text[start:close]:
+            end = close  # a quoted value runs to its closing quote, so "a;b,c" is one value
+        else:
+            rest = _VALUE_REST.match(text, start + 12)
+            end = rest.end() if rest is not None else start + 12
+        value = text[start:end]
+        if _written(value) or _ETCD_SIMPLE_TOKEN.fullmatch(value):
+            continue
+        pos = max(pos, end)
+        if looks_random(value):
+            yield start, end
+
+
+# --- the rules ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One credential format: ``pattern`` finds candidates, ``confirm`` returns the credential's span or None."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    confirm: Callable[[re.Match[str]], Span | None]
+    # A provider prefix must start a token: "AIza" inside a certificate's base64 body is not a Google key.
+    bounded: bool = True
+    # A free-form rule (URL passwords, assignments) stays silent on a value a provider rule already rejected.
+    defers: bool = False
+    # For a pattern that reads a whole run of characters after its literal prefix and can still fail at the
+    # run's end: (prefix, run). A failed attempt at one prefix fails at every later one inside the same run,
+    # so `_matches` skips them; ``re`` re-reads the rest of the run from each, quadratically ("eyJ" * 100_000).
+    run: tuple[str, re.Pattern[str]] | None = None
+
+
+def _matches(rule: Rule, text: str) -> Iterator[re.Match[str]]:
+    """Exactly ``rule.pattern.finditer(text)``; with ``rule.run``, in linear time."""
+    if rule.run is None:
+        yield from rule.pattern.finditer(text)
+        return
+    prefix, run = rule.run
+    pos = 0
+    while (start := text.find(prefix, pos)) >= 0:
+        match = rule.pattern.match(text, start)
+        if match is not None:
+            yield match
+            pos = match.end()
+        else:
+            span = run.match(text, start)
+            pos = max(start + 1, span.end() if span is not None else 0)
+
+
+def _value(check: Callable[[str], bool]) -> Callable[[re.Match[str]], Span | None]:
+    """Confirm on the ``v`` group's text; the finding covers that group."""
+    return lambda match: match.span("v") if check(match["v"]) else None
+
+
+def _pem_block(match: re.Match[str]) -> Span | None:
+    """The whole PEM private-key block when its body is real key material."""
+    text = match.string
+    # The body ends at the next dash run (its END line, or another BEGIN): repeated headers stay linear.
+    body_end = text.find("-----", match.end(), match.end() + 20_000)
+    if body_end < 0:
+        body_end = min(len(text), match.end() + 20_000)
+    if not _pem_body_ok(text[match.end() : body_end]):
+        return None
+    if text.startswith("-----END", body_end):
+        close = text.find("-----", body_end + 8, body_end + 80)
+        return match.start(), (close + 5 if close >= 0 else body_end)
+    return match.start(), body_end
+
+
+def _basic_auth_ok(value: str) -> bool:
+    decoded = _decoded_text(value) or ""
+    return ":" in decoded and looks_random(decoded.split(":", 1)[1], 8)
+
+
+def _openai_ok(value: str) -> bool:
+    body = value[3:].removeprefix("proj-").removeprefix("svcacct-").removeprefix("admin-")
+    # "sk-" is a weak prefix ("sk-encryption-key-rotation…"), so a name made of words does not count.
+    return not body.startswith("ant-") and _random_part(body, 4.0) and not _identifier_like(body)
+
+
+def _tail_ok(value: str) -> bool:
+    tail = value.rsplit("/", 1)[-1]
+    return len(tail) >= 16 and _random_part(tail)
+
+
+_END = r"(?![A-Za-z0-9_-])"  # a token ends where its alphabet ends: no match inside a longer string
+
+
+def _token(pattern: str) -> re.Pattern[str]:
+    return re.compile(f"(?P<v>{pattern}){_END}", re.ASCII)
+
+
+# Provider rules come first: where spans overlap, the first rule's finding is the one reported.
+# One rule per literal prefix, because a leading character class costs `re` its fast literal search.
+RULES: tuple[Rule, ...] = (
+    Rule("private_key", _PEM_PRIVATE, _pem_block, bounded=False),
+    Rule(  # base64 of "-----BEGIN"; fails only where the run is short or ends at "_"/"-": so do later starts in it
+        "private_key",
+        _token(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{40,}={0,2}"),
+        _value(_b64_pem_ok),
+        run=("LS0tLS1CRUdJTi", re.compile(r"[A-Za-z0-9+/]*")),
+    ),
+    Rule("github_token", _token(r"gh[pousr]_[A-Za-z0-9]{36}"), _value(lambda v: _crc32_suffix_ok(v[4:]))),
+    Rule(
+        "github_token",
+        _token(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"),
+        _value(lambda v: _random_part(v[11:], 4.0)),
+    ),
+    Rule("npm_token", _token(r"npm_[A-Za-z0-9]{36}"), _value(lambda v: _crc32_suffix_ok(v[4:]))),
+    Rule(
+        "gitlab_token",
+        _token(r"gl(?:pat|dt|rt|ptt|soat|cbt)-[A-Za-z0-9_-]{20,}"),
+        _value(lambda v: _random_part(v.split("-", 1)[1])),
+    ),
+    Rule(
+        "slack_token",
+        _token(r"xox[abposre]-(?:[0-9]{6,16}-){1,3}[A-Za-z0-9]{16,64}"),
+        _value(lambda v: _slack_ok(v[5:])),
+    ),
+    Rule(
+        "slack_token",
+        _token(r"xapp-[0-9]-[A-Z0-9]{6,16}-[0-9]{6,16}-[a-f0-9]{32,80}"),
+        _value(lambda v: _random_part(v[-32:])),
+    ),
+    Rule(
+        "slack_webhook",
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9_/]{20,})" + _END, re.ASCII),
+        _value(_tail_ok),
+    ),
+    Rule("stripe_key", _token(r"sk_live_[A-Za-z0-9]{20,}"), _value(lambda v: _random_part(v[8:]))),
+    Rule("stripe_key", _token(r"rk_live_[A-Za-z0-9]{20,}"), _value(lambda v: _random_part(v[8:]))),
+    Rule("google_api_key", _token(r"AIza[A-Za-z0-9_-]{35}"), _value(lambda v: _random_part(v[4:]))),
+    Rule("aws_access_key", _token(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}"), _value(lambda v: _random_part(v[4:], 2.5))),
+    Rule(
+        "azure_storage_key",
+        re.compile(r"AccountKey=(?P<v>[A-Za-z0-9+/]{86}==)", re.ASCII),
+        _value(lambda v: _random_part(v, 4.5)),
+        bounded=False,
+    ),
+    Rule(
+        "azure_shared_access_key",
+        re.compile(r"SharedAccessKey=(?P<v>[A-Za-z0-9+/]{43}=)", re.ASCII),
+        _value(lambda v: _random_part(v, 3.8)),
+        bounded=False,
+    ),
+    Rule("pypi_token", _token(r"pypi-AgE[A-Za-z0-9_-]{50,}"), _value(lambda v: _random_part(v[8:], 4.0))),
+    Rule(
+        "anthropic_api_key",
+        _token(r"sk-ant-[a-z]{3,8}[0-9]{2}-[A-Za-z0-9_-]{80,}"),
+        _value(lambda v: _random_part(v[14:], 4.0)),
+    ),
+    Rule("openai_api_key", _token(r"sk-[A-Za-z0-9_-]{32,}"), _value(_openai_ok)),
+    Rule(
+        "sendgrid_api_key",
+        _token(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
+        _value(lambda v: _random_part(v[3:], 4.0)),
+    ),
+    Rule("huggingface_token", _token(r"hf_[A-Za-z0-9]{34}"), _value(lambda v: _random_part(v[3:], 3.5))),
+    Rule(
+        "twilio_credentials",
+        re.compile(r"AC[0-9a-f]{32}:(?P<v>[0-9a-f]{32})" + _END, re.ASCII),  # account SID : auth token
+        _value(lambda v: _random_part(v, 2.7)),
+    ),
+    Rule(
+        "twilio_credentials",
+        re.compile(r"SK[0-9a-fA-F]{32}:(?P<v>[A-Za-z0-9]{32})" + _END, re.ASCII),  # API key SID : its secret
+        _value(_random_part),
+    ),
+    Rule(  # the header is the run up to its ".", and what must follow it is the same for every start in that run
+        "jwt",
+        _token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}"),
+        _value(_jwt_ok),
+        run=("eyJ", re.compile(r"[A-Za-z0-9_-]*")),
+    ),
+    Rule(
+        "url_password",
+        re.compile(r"://[^\s:/@\"'`<>]{0,128}:(?P<v>[^\s/@\"'`<>]{1,256})@", re.ASCII),
+        _value(lambda v: looks_random(v, 8)),
+        bounded=False,
+        defers=True,
+    ),
+    Rule(
+        "basic_auth_header",
+        re.compile(r"Basic (?P<v>[A-Za-z0-9+/]{12,}={0,2})" + _END, re.ASCII),
+        _value(_basic_auth_ok),
+    ),
+)
+
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+class SpanSet:
+    """Disjoint, sorted spans: overlap tests and inserts in O(log n) (a list scan is quadratic on hostile input)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect.bisect_right(self._starts, start)
+        return (i > 0 and self._ends[i - 1] > start) or (i < len(self._starts) and self._starts[i] < end)
+
+    def add(self, start: int, end: int) -> None:
+        """Add a span, merging it with any it overlaps so the set stays disjoint."""
+        i = bisect.bisect_left(self._ends, start)  # first span that ends at or after our start
+        j = bisect.bisect_right(self._starts, end)  # first span that starts after our end
+        if i < j:
+            start, end = min(start, self._starts[i]), max(end, self._ends[j - 1])
+        self._starts[i:j] = [start]
+        self._ends[i:j] = [end]
+
+
+def candidates(text: str) -> Iterator[tuple[str, int, int]]:
+    """Every (kind, start, end) a rule confirms, provider rules first; spans may overlap across rules."""
+    vetoed = SpanSet()  # provider-format values their own rule rejected (a bad checksum, a masked body)
+    for rule in RULES:
+        for match in _matches(rule, text):
+            start = match.start()
+            if rule.bounded and start > 0 and text[start - 1] in _WORD_CHARS:
+                continue
+            span = rule.confirm(match)
+            if span is None:
+                if rule.bounded:
+                    vetoed.add(*match.span())
+                continue
+            if rule.defers and vetoed.overlaps(*span):
+                continue  # a value in a known provider format is judged by that provider's rule alone
+            if fingerprint(text[span[0] : span[1]]) not in AUDITED_EXAMPLES:
+                yield rule.kind, span[0], span[1]
+    for start, end in _assignments(text):
+        if not vetoed.overlaps(start, end) and fingerprint(text[start:end]) not in AUDITED_EXAMPLES:
+            yield "generic_secret", start, end

@@ -1,0 +1,347 @@
+"""Ingestion: the spec's seven ordered steps, all writes in ONE transaction.
+
+1. Admit     origin trust >= USER, the ``knowledge.write`` scope, the source in the principal's tenant
+2. Extract   the registry's adapter for the source's media type (`knowledge.parsers.base.Extractor`)
+3. Normalize the closed list (`knowledge.core.normalize`)
+4. Scan      a secret refuses everything (naming the chunk, never the secret); instruction-like
+             text only flags the chunk
+5. Chunk     structure first (`knowledge.core.chunking`), ids deterministic per chunker version
+6. Index     PostgreSQL full-text search over text plus heading path; with the semantic arm on,
+             the chunk set is queued for embedding (`knowledge.semantic.queue`): its vectors
+             follow in the background, never on the ingest's path
+7. Commit    source copy (KNOWLEDGE_SOURCE, expires_at NULL), document, chunk set, chunks, index
+             rows (postings), the embedding queue row when the arm is on, and a
+             ``knowledge.document.ingested`` event, in one transaction
+
+Steps 3–5 are the pure `prepare`; the shell around it reads, refuses and commits. A refusal
+raises `IngestRefused` with a reason code; a refused or failed ingest writes nothing but an
+outcome counter (`knowledge_ingest_outcomes`, which holds no content). The caller's input
+artifact is never modified or deleted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+
+from knowledge.core.chunking import (
+    Chunker,
+)
+from knowledge.core.prepare import IngestRequest, PreparedDocument, prepare
+from knowledge.errors import ArtifactNotFound, ExtractionRefused, IngestRefused
+from knowledge.models import (
+    ArtifactRef,
+    KnowledgeDocument,
+    Principal,
+    TrustLevel,
+    Visibility,
+)
+from knowledge.parsers.base import ExtractorRegistry
+from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, Opened, ref_from_row
+from knowledge.store.db import Connection, Database, is_transient
+from knowledge.store.documents import CHUNKS_SQL, INGEST_SQL, QUEUE_SET_SQL, chunk_columns, count_outcome, supersede
+from knowledge.store.locks import lock_document
+from knowledge.store.retry import RETRY_DELAYS, retry_transient, unavailable
+from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
+from knowledge.vocabulary import INGESTED_EVENT, WRITE_SCOPE
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+
+#: Fault-injection points (the stress suite and tests use them), called with the step's name inside the
+#: open transaction: "before_write" (after any supersede, before the one writing statement) and
+#: "before_commit"; "commit" (no connection), inside the shield just before COMMIT is sent; and
+#: "after_commit", once the transaction committed (a fault there stands for a COMMIT whose reply was
+#: lost).
+FaultHook = Callable[[str, "Connection | None"], Awaitable[None]]
+
+
+@dataclass
+class Ingestor:
+    """The imperative shell around `prepare`."""
+
+    db: Database
+    artifacts: ArtifactStore
+    registry: ExtractorRegistry
+    fault_hook: FaultHook | None = field(default=None)
+    #: Backoff between attempts after a transient database fault (`knowledge.store.retry`).
+    retry_delays: tuple[float, ...] = RETRY_DELAYS
+    #: The semantic arm's model version, when the arm is on: every chunk set written is queued
+    #: for embedding under it in the same transaction (`knowledge.semantic.queue`).
+    embed_version: str | None = None
+    #: Called after a commit that queued a chunk set (wakes this process's embedding drain).
+    on_queued: Callable[[], None] | None = None
+
+    async def ingest(self, request: IngestRequest) -> KnowledgeDocument:
+        """Run the seven steps; return the committed document or raise `IngestRefused`.
+
+        Cancellation: the transaction rolls back and nothing of the attempt remains (the outcome
+        counter is not touched). A transient database fault is retried (`knowledge.store.retry`: the
+        same document id, and after a COMMIT of unknown outcome the committed version is looked
+        up first); once retries are spent it is `DatabaseUnavailable`. Failures leave nothing;
+        they are counted as ``failed`` and re-raised.
+        """
+        return await self.counted(request.principal.tenant_id, self._ingest, request)
+
+    async def counted(self, tenant: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` (some steps of an ingest), counting a refusal or a failure as
+        `ingest` does; a cancellation is not counted."""
+        try:
+            return await fn(*args)
+        except IngestRefused as refusal:
+            await self._count(tenant, "refused", refusal.reason)
+            raise
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            await self._count(tenant, "failed", type(exc).__name__)
+            raise
+
+    async def _ingest(self, request: IngestRequest) -> KnowledgeDocument:
+        return await self.commit_prepared(request, *await self.prepare_request(request))
+
+    async def prepare_request(self, request: IngestRequest, opened: Opened | None = None
+                              ) -> tuple[ArtifactRef, PreparedDocument]:
+        """Steps 1-5 of a request: admit, read the source (``opened``: already opened), extract,
+        normalize, chunk and scan."""
+        self._admit(request)
+        return await self._read_and_prepare(
+            request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256,
+            opened=opened)
+
+    async def commit_prepared(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
+                              ) -> KnowledgeDocument:
+        """Steps 6-7 of a prepared request, in one transaction (retried; see `_commit`)."""
+        document = await self._commit(request, source, prepared)
+        self.wake_drain()
+        return document
+
+    def wake_drain(self) -> None:
+        if self.embed_version is not None and self.on_queued is not None:
+            self.on_queued()
+
+    async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
+                                chunker: Chunker | None = None, opened: Opened | None = None
+                                ) -> tuple[ArtifactRef, PreparedDocument]:
+        """Steps 2-5 for a stored artifact: read, extract, normalize, chunk, scan — refusals typed.
+        ``opened``: the artifact's ref and stream, already opened (`ArtifactStore.open_many`)."""
+        pending = [opened] if opened is not None else []  # used once: a retry reads afresh
+
+        async def read() -> tuple[ArtifactRef, Any, str]:
+            try:
+                source, stream = pending.pop() if pending else await self.artifacts.open_read(tenant, artifact_id)
+            except ArtifactNotFound:
+                raise IngestRefused("source_not_found", f"artifact {artifact_id}") from None
+            if sha256 is not None and source.sha256 != sha256:
+                raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
+            owner = EXTRACTION_OWNER.set(tenant)  # the parser pool serves tenants in turn
+            try:
+                extractor = self.registry.for_media_type(source.media_type)
+                return source, extractor, await extractor.extract(stream, source.media_type)
+            except ExtractionRefused as exc:
+                raise IngestRefused(exc.reason, exc.message) from None
+            finally:
+                EXTRACTION_OWNER.reset(owner)
+
+        # Reading the source writes nothing: safe to repeat after a database fault.
+        source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.retry_delays)
+        await anyio.lowlevel.checkpoint()
+        prepared = prepare(raw_text, title, extractor.structure, chunker, extractor.version)
+        await anyio.lowlevel.checkpoint()
+        return source, prepared
+
+    def _admit(self, request: IngestRequest) -> None:
+        if request.origin_trust < TrustLevel.USER:
+            raise IngestRefused("origin_trust", f"origin trust {request.origin_trust} is below USER")
+        if not request.principal.has_scope(WRITE_SCOPE):
+            raise IngestRefused("missing_scope", f"the principal lacks {WRITE_SCOPE}")
+        if request.source.tenant_id != request.principal.tenant_id:
+            raise IngestRefused("tenant_mismatch", "the source belongs to another tenant")
+        if request.visibility is Visibility.PROJECT and not request.project_scope:
+            raise IngestRefused("invalid_request", "visibility=project requires a project_scope")
+        if not request.title.strip() or len(request.title) > 1024:
+            raise IngestRefused("invalid_request", "a title of 1 to 1024 characters is required")
+
+    async def rechunk(self, document_id: uuid.UUID, chunker: Chunker, principal: Principal) -> int:
+        """Re-chunk the live version of a document under ``chunker`` from its retained source — no
+        re-upload — as a new chunk set beside the old one, which keeps resolving as citations until
+        the document is deleted; live search reads the new set. Returns the new set's chunk count.
+        A chunker version never rewrites a chunk set in place: re-chunking under the live set's
+        version is refused (``already_chunked``); back to a version the document had before makes
+        that set live again (its chunks and citations are the same), its earlier live periods kept
+        for ``as_of``."""
+        tenant = principal.tenant_id
+        doc = await self.db.fetchrow(
+            """SELECT version, source_artifact_id, title, chunker_version, ingested_by_principal_id
+               FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""",
+            tenant, document_id)
+        if doc is None:
+            raise IngestRefused("document_not_found", f"no live document {document_id}")
+        if doc["ingested_by_principal_id"] != principal.principal_id:
+            raise IngestRefused("not_document_owner", "only the principal who ingested a document may re-chunk it")
+        _, prepared = await self._read_and_prepare(tenant, doc["source_artifact_id"], doc["title"], chunker=chunker)
+        async with self.db.transaction() as tx:
+            await lock_document(tx, tenant, document_id)
+            live = await tx.fetchval(
+                """SELECT version FROM knowledge_documents
+                   WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""", tenant, document_id)
+            if live != doc["version"]:
+                raise IngestRefused("document_changed", "a new version arrived meanwhile; re-chunk that one")
+            earlier = await tx.fetchrow(
+                """SELECT superseded_at, chunk_count FROM knowledge_chunk_sets WHERE tenant_id = $1
+                   AND document_id = $2 AND version = $3 AND chunker_version = $4""",
+                tenant, document_id, live, prepared.chunker_version)
+            if earlier is not None and earlier["superseded_at"] is None:
+                raise IngestRefused("already_chunked", f"the live chunk set is {prepared.chunker_version} already")
+            now = await tx.fetchval("SELECT clock_timestamp()")
+            await tx.execute(
+                """UPDATE knowledge_chunk_sets SET superseded_at = $4
+                   WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND superseded_at IS NULL""",
+                tenant, document_id, live, now)
+            if earlier is None:
+                await tx.execute(
+                    """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version,
+                                                         chunk_count, created_at)
+                       VALUES ($1, $2, $3, $4, $5, $6)""", tenant, document_id, live, prepared.chunker_version,
+                    len(prepared.chunks), now)
+                await tx.execute(CHUNKS_SQL, *chunk_columns(tenant, document_id, live, prepared))
+            else:  # back to a set it had: the same chunks (same source, same chunker), live again
+                await tx.execute(
+                    """UPDATE knowledge_chunk_sets
+                       SET earlier_periods = earlier_periods || tstzrange(created_at, superseded_at),
+                           created_at = $5, superseded_at = NULL
+                       WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND chunker_version = $4""",
+                    tenant, document_id, live, prepared.chunker_version, now)
+            if self.embed_version is not None:  # (a set made live again: only its chunks without vectors)
+                await tx.execute(QUEUE_SET_SQL, tenant, document_id, live, prepared.chunker_version,
+                                 self.embed_version, len(prepared.chunks))
+            await tx.execute(
+                """UPDATE knowledge_documents SET chunker_version = $4
+                   WHERE tenant_id = $1 AND document_id = $2 AND version = $3""",
+                tenant, document_id, live, prepared.chunker_version)
+            await tx.execute(
+                """INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
+                   VALUES ($1, 'knowledge.document.rechunked', $2, $3, $4, $5::jsonb)""",
+                tenant, document_id, live, principal.principal_id,
+                json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
+                            "chunk_count": len(prepared.chunks)}))
+        self.wake_drain()
+        return len(prepared.chunks)
+
+    async def fault(self, step: str, conn: Connection | None) -> None:
+        if self.fault_hook is not None:
+            await self.fault_hook(step, conn)
+
+    async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
+                      ) -> KnowledgeDocument:
+        """Step 7, retried after transient faults (see `knowledge.store.retry`). Every attempt writes the
+        same document id; an attempt whose COMMIT was sent but not answered is resolved by looking
+        for the version it wrote before anything runs again."""
+        document_id = request.replaces or request.document_id or uuid.uuid4()
+        for delay in (*self.retry_delays, None):
+            attempt = _Attempt()
+            try:
+                return await self._commit_once(request, source, prepared, document_id, attempt)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                fault = exc
+            if attempt.commit_sent:  # shielded: a cancelled caller must not be left not knowing
+                with anyio.CancelScope(shield=True):
+                    found = await retry_transient(
+                        f"resolving the commit of {document_id}",
+                        functools.partial(self.committed, request, source, document_id, attempt.version),
+                        self.retry_delays)
+                if found is not None:
+                    return found
+            if delay is None:
+                raise unavailable(f"ingest of {document_id}", fault) from fault
+            _log.info("ingest of %s: transient %s; retrying in %.2f s", document_id, type(fault).__name__, delay)
+            await anyio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _commit_once(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument,
+                           document_id: uuid.UUID, attempt: _Attempt) -> KnowledgeDocument:
+        tenant = request.principal.tenant_id
+        async with self.db.transaction(on_commit=functools.partial(self.fault, "commit", None)) as tx:
+            if request.replaces is not None:
+                attempt.version = await supersede(tx, tenant, request.replaces, request.principal)
+            # One statement: the source copy (made inside the server, never re-sent), the document,
+            # its chunk set, the event and the outcome counter.
+            await self.fault("before_write", tx)
+            # One statement writes everything (see INGEST_SQL): one round trip, whatever the size.
+            columns = chunk_columns(tenant, document_id, attempt.version, prepared)
+            row = await tx.fetchrow(
+                INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, attempt.version,
+                request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
+                request.doc_date, request.authority.value, prepared.chunker_version, request.sensitivity.value,
+                len(prepared.chunks), INGESTED_EVENT,
+                json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
+                            "source_sha256": source.sha256, "media_type": source.media_type,
+                            "instruction_like_chunks": prepared.instruction_like_count}),
+                *columns[4:], self.embed_version,
+            )
+            if row is None or row["artifact_id"] is None:
+                raise IngestRefused("source_not_found", "the source vanished during ingest")
+            if row["ingested_at"] is None:
+                raise IngestRefused("document_exists", f"document {document_id} already exists")
+            await self.fault("before_commit", tx)
+            attempt.commit_sent = True  # leaving the block sends COMMIT (shielded: see `call_in_group`)
+        with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
+            await self.fault("after_commit", tx)
+        return document_of(request, document_id, attempt.version, ref_from_row(row), source.media_type,
+                         prepared.chunker_version, row["ingested_at"])
+
+    async def committed(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
+                         version: int) -> KnowledgeDocument | None:
+        """The version an attempt wrote, if its COMMIT took effect: same id and version, written by
+        the same principal from a source with the same SHA-256."""
+        row = await self.db.fetchrow(
+            f"""SELECT d.ingested_at, d.chunker_version, {', '.join('a.' + c.strip() for c in REF_COLUMNS.split(','))}
+                FROM knowledge_documents d
+                JOIN artifacts a ON a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id
+                WHERE d.tenant_id = $1 AND d.document_id = $2 AND d.version = $3
+                  AND d.ingested_by_principal_id = $4 AND a.sha256 = $5""",
+            request.principal.tenant_id, document_id, version, request.principal.principal_id, source.sha256)
+        if row is None:
+            return None
+        return document_of(request, document_id, version, ref_from_row(row), source.media_type,
+                         row["chunker_version"], row["ingested_at"])
+
+    async def _count(self, tenant: str, outcome: str, reason: str) -> None:
+        """Count a refusal or failure in its own short transaction; never masks the original error."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                async with self.db.connection() as conn:
+                    await count_outcome(conn, tenant, outcome, reason)
+        except Exception as exc:  # (the database gone too: expected, and said by the failure itself)
+            _log.log(logging.INFO if is_transient(exc) else logging.WARNING,
+                     "could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
+
+
+@dataclass
+class _Attempt:
+    """What one commit attempt got to: its version number, and whether COMMIT was sent."""
+
+    version: int = 1
+    commit_sent: bool = False
+
+
+def document_of(request: IngestRequest, document_id: uuid.UUID, version: int, source_ref: ArtifactRef,
+              media_type: str, chunker_version: str, ingested_at: Any) -> KnowledgeDocument:
+    return KnowledgeDocument(
+        document_id=document_id, tenant_id=request.principal.tenant_id,
+        ingested_by_principal_id=request.principal.principal_id, visibility=request.visibility,
+        project_scope=request.project_scope, title=request.title, source_ref=source_ref, media_type=media_type,
+        doc_date=request.doc_date, authority=request.authority, version=version, chunker_version=chunker_version,
+        superseded_by=None, ingested_at=ingested_at, sensitivity=request.sensitivity,
+    )

@@ -1,0 +1,96 @@
+"""The retrieval statements: who may read what (`ADMIT`), which chunk set is live (`LIVE_SET`), the
+lexical arm's one statement (`LEXICAL_SQL`), and an arm's row as a ranking candidate. Every arm's
+candidate query carries the same two predicates (`knowledge.retrieval.search`,
+`knowledge.semantic.arm`)."""
+
+from __future__ import annotations
+
+from knowledge.core.ranking import Candidate
+from knowledge.store.db import Record
+from knowledge.store.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql
+from knowledge.store.visibility import visible
+from knowledge.vocabulary import Authority
+
+# Who may read what (every arm's candidate query carries it; ``d`` is the document version):
+# principal -> only the ingesting principal; project -> the current scope's
+# documents; tenant -> everyone in the tenant. $1 tenant, $5 principal, $6 current scope,
+# $7 admitted sensitivities, $8 as_of (NULL: live).
+ADMIT = f"""
+    d.tenant_id = $1
+    AND {visible("$5", "$6", "$7")}
+    AND CASE WHEN $8::timestamptz IS NULL THEN d.valid_to IS NULL
+             ELSE d.valid_from <= $8 AND (d.valid_to IS NULL OR d.valid_to > $8) END
+"""
+
+# The chunk set live then: the current one, or the one valid at as_of (re-chunking ends a set;
+# re-chunking back to an earlier chunker version makes that set live again: `earlier_periods`).
+# ``c`` is the chunk; $1 tenant, $8 as_of.
+LIVE_SET = """
+    EXISTS (
+        SELECT 1 FROM knowledge_chunk_sets cs
+        WHERE cs.tenant_id = $1 AND cs.document_id = c.document_id AND cs.version = c.version
+          AND cs.chunker_version = c.chunker_version
+          AND CASE WHEN $8::timestamptz IS NULL THEN cs.superseded_at IS NULL
+                   ELSE (cs.created_at <= $8 AND (cs.superseded_at IS NULL OR cs.superseded_at > $8))
+                        OR $8 <@ ANY (cs.earlier_periods) END)
+"""
+
+# One statement: the query's lexemes; their postings in this tenant (read once, index-only);
+# document frequencies and BM25 idf from those postings and the tenant's sharded counters; the
+# score of every chunk holding a lexeme; then, in descending score order, the isolation
+# predicates until $9 chunks are admitted. Every row also carries every query lexeme's idf
+# (matched or not) and the mean length, so the relevance model's evidence need not count the
+# postings again (`knowledge.store.evidence.lexical_evidence`'s ``known``). $2 query text, $3 k1, $4 b,
+# $9 limit.
+LEXICAL_SQL = f"""
+WITH {QUERY_LEXEMES},
+hits AS MATERIALIZED (
+    SELECT p.term, p.chunk_id, p.tf, p.dl FROM knowledge_postings p
+    WHERE p.tenant_id = $1 AND p.term IN (SELECT term FROM q)
+),
+{TENANT_STATS},
+terms AS (
+    SELECT h.term, {idf_sql("count(*)")} AS idf FROM hits h CROSS JOIN stats s GROUP BY h.term, s.n
+),
+params AS (
+    SELECT $3::float8 AS k1, $4::float8 AS b, greatest(s.len / s.n, 1) AS avgdl,
+           (SELECT sum(idf) FROM terms) * ($3::float8 + 1) AS best
+    FROM stats s
+),
+query_idf AS (
+    SELECT q.term, coalesce(t.idf, {idf_sql("0")}) AS idf
+    FROM q LEFT JOIN terms t USING (term) CROSS JOIN stats s
+),
+scored AS MATERIALIZED (
+    SELECT h.chunk_id, sum(t.idf * h.tf * (k1 + 1) / (h.tf + k1 * (1 - b + b * h.dl / avgdl))) AS bm25
+    FROM hits h JOIN terms t USING (term) CROSS JOIN params
+    GROUP BY h.chunk_id
+)
+SELECT s.chunk_id, s.bm25, s.bm25 / (SELECT best FROM params) AS strength, c.document_id, c.version,
+       c.heading_path, c.text, c.tokens, c.contains_instruction_like_text, c.content_sha256,
+       d.title, d.doc_date, d.authority, d.project_scope,
+       (SELECT array_agg(term ORDER BY term) FROM query_idf) AS query_terms,
+       (SELECT array_agg(idf ORDER BY term) FROM query_idf) AS query_idf,
+       (SELECT avgdl FROM params) AS avgdl
+FROM (SELECT * FROM scored ORDER BY bm25 DESC, chunk_id) AS s
+CROSS JOIN LATERAL (
+    SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
+CROSS JOIN LATERAL (
+    SELECT * FROM knowledge_documents d
+    WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
+      AND {ADMIT} AND {LIVE_SET}
+    ) AS d
+ORDER BY s.bm25 DESC, s.chunk_id  -- the scan order above is a plan, not a promise
+LIMIT $9
+"""
+
+
+def candidate_from_row(row: Record, rank_no: int, arm: str, strength: float) -> Candidate:
+    """A candidate from an arm's row (chunk and document columns), its rank and evidence."""
+    return Candidate(
+        chunk_id=row["chunk_id"], document_id=row["document_id"], version=row["version"], title=row["title"],
+        heading_path=tuple(row["heading_path"]), text=row["text"], tokens=row["tokens"], doc_date=row["doc_date"],
+        authority=Authority(row["authority"]), project_scope=row["project_scope"],
+        instruction_like=row["contains_instruction_like_text"], content_sha256=row["content_sha256"],
+        arm_ranks={arm: rank_no}, strength=min(max(strength, 0.0), 1.0),
+    )

@@ -1,0 +1,81 @@
+"""The public face (`knowledge/__init__.py`), held as trio holds its own (``_tests/test_exports.py``):
+every exported name resolves to what its module defines, type checkers see the same names, importing
+the package is cheap, every error class lives in `knowledge.errors` and is exported, and the README's
+examples import from the package alone."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import knowledge
+from knowledge.errors import KnowledgeError
+from tests.helpers.modules import all_modules
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_exported_name_resolves_to_its_modules_definition() -> None:
+    assert knowledge.__all__ == sorted(set(knowledge.__all__))
+    for name in knowledge.__all__:
+        value = getattr(knowledge, name)
+        if name == "__version__":
+            assert isinstance(value, str) and value
+            continue
+        assert not name.startswith("_")
+        assert value is getattr(importlib.import_module(knowledge._EXPORTS[name]), name)
+    assert set(knowledge.__all__) <= set(dir(knowledge))
+    with pytest.raises(AttributeError):
+        knowledge.no_such_name  # noqa: B018
+
+
+def test_type_checkers_see_exactly_the_exported_names() -> None:
+    """The ``TYPE_CHECKING`` block imports each exported name from the module `_EXPORTS` names."""
+    tree = ast.parse(Path(knowledge.__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    seen = {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    assert seen == knowledge._EXPORTS
+
+
+def test_importing_the_package_imports_nothing_heavy() -> None:
+    """``import knowledge`` loads no dependency and no other module of ours: the console script
+    relies on it to install its signal handlers first."""
+    code = ("import sys, knowledge; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'knowledge', 'asyncpg', 'trio', 'anyio', 'pydantic', 'typer', 'rich'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.strip() == "['knowledge']"
+
+
+def test_every_error_class_is_defined_in_knowledge_errors_and_every_public_one_exported() -> None:
+    defined_elsewhere = []
+    for module in all_modules():
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__ \
+                    and module.__name__ != "knowledge.errors":
+                defined_elsewhere.append(f"{module.__name__}.{name}")
+    # Control flow inside one module (never raised to a caller) may stay where it is used.
+    private = {"knowledge.cli.console.Interrupted", "knowledge.cli.context.CliError",
+               "knowledge.cli.ingest_cmd.IngestCut", "knowledge.ingest.bulk._GroupRefused",
+               "knowledge.parsers.pdf_extract.PdfRefused", "knowledge.parsers.pdf_extract._Repairable"}
+    assert sorted(set(defined_elsewhere) - private) == []
+    from knowledge import errors
+
+    public = {name for name, obj in vars(errors).items()
+              if inspect.isclass(obj) and issubclass(obj, KnowledgeError) and not name.startswith("_")}
+    assert public - set(knowledge.__all__) == {"NotARegularFile"}  # the CLI's own refusal
+
+
+def test_the_readmes_examples_import_from_the_package_alone() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```python\n(.*?)```", readme, re.DOTALL))
+    imports = re.findall(r"^\s*(?:from|import) (knowledge\S*)", code, re.M)
+    assert imports and set(imports) == {"knowledge"}
