@@ -501,8 +501,8 @@ def test_semantic_arm_on_needs_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     assert enabled(False) is False
 
 
-def test_ingestor_without_a_model_version_queues_nothing() -> None:
-    assert Ingestor.__dataclass_fields__["embed_version"].default is None
+def test_ingestor_without_a_vector_queue_queues_nothing() -> None:
+    assert Ingestor.__dataclass_fields__["vectors"].default is None
 
 
 def test_cli_reembed_fills_a_tenant_ingested_lexical_only(knowledge: Any, tmp_path: Any) -> None:  # noqa: F811
