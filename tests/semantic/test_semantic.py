@@ -33,10 +33,10 @@ from knowledge.semantic.queue import MAX_ATTEMPTS
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from knowledge.supervisors.embedder import BATCH_PASSAGES
-from tests.test_cli import knowledge  # noqa: F401  (the CLI fixture)
-from tests.test_ingest import footprint, nothing_but_inputs, put, writer
-from tests.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
-from tests.test_versions import ParagraphChunker
+from tests.cli.test_cli import knowledge  # noqa: F401  (the CLI fixture)
+from tests.ingest.test_ingest import footprint, nothing_but_inputs, put, writer
+from tests.ingest.test_versions import ParagraphChunker
+from tests.retrieval.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
 
 pytestmark = pytest.mark.skipif(not available(), reason="the semantic extra is not installed")
 

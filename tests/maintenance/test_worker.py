@@ -42,7 +42,7 @@ from tests.helpers.attachments import (
 )
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def with_workers(settings: Settings, tenant: str, **extra: Any) -> Settings:
