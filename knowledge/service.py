@@ -17,6 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from knowledge.ingest.attachments import (
     upload_attachment,
 )
 from knowledge.ingest.bulk import OnDone, Outcome, ingest_many
-from knowledge.ingest.ingestor import Ingestor
+from knowledge.ingest.ingestor import Ingestor, QueueOnly
 from knowledge.maintenance.worker import MaintenanceStatus, MaintenanceWorker
 from knowledge.models import (
     ArtifactRef,
@@ -63,7 +64,7 @@ from knowledge.models import (
 from knowledge.parsers.base import ExtractorRegistry
 from knowledge.parsers.pdf import PdfExtractor
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
-from knowledge.retrieval.search import LexicalArm, Searcher
+from knowledge.retrieval.search import Arm, LexicalArm, Searcher
 from knowledge.retrieval.turn import run_turn
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
@@ -124,12 +125,48 @@ NO_PGVECTOR = ("the semantic arm is off: this server has no pgvector (the vector
                "KNOWLEDGE_SEMANTIC_ARM=off")
 
 
-class KnowledgeService:
-    """The service. Build it with `KnowledgeService.open`, never directly."""
+@dataclass(frozen=True)
+class SemanticParts:
+    """The semantic arm's running parts, when it is on: the model version chunk sets are queued and
+    searched under, and — where this process loads the model (``semantic_model``) — the embedder
+    (the actor that owns its child) and the embedding drain (the queue's consumer)."""
 
-    def __init__(
-        self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None
-    ) -> None:
+    version: str
+    embedder: Embedder | None = None
+    drain: EmbeddingDrain | None = None
+
+
+async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup) -> SemanticParts | None:
+    """Start the semantic arm's actors in ``task_group`` when ``settings`` turn it on: make sure the
+    model version's HNSW index exists; then, with ``semantic_model``, start the embedder and (with
+    ``semantic_drain``) the drain. Ingest queues its chunk sets and commits without waiting for
+    vectors (`knowledge.semantic.queue`). None: the arm is off (or, by default, this server has no
+    pgvector: lexical-only, with a warning)."""
+    if not semantic.enabled(settings.semantic_arm):
+        return None
+    if settings.semantic_arm is None and not await table_exists(db):
+        _log.warning(NO_PGVECTOR)  # the default, not a requirement: lexical-only
+        return None
+    window = settings.semantic_window
+    version = model_version(window)
+    await ensure_index(db, version, DIM)
+    if not settings.semantic_model:  # queue for the arm; another process embeds
+        return SemanticParts(version)
+    embedder = Embedder(window=window, threads=settings.embedder_threads)
+    await task_group.start(embedder.run)
+    drain = EmbeddingDrain(db, embedder, version)
+    if settings.semantic_drain:
+        await task_group.start(drain.run)
+    return SemanticParts(version, embedder, drain)
+
+
+class KnowledgeService:
+    """The service. Build it with `KnowledgeService.open`, never directly: the composition root,
+    where each part is built once with the parts it needs (the ingest's vector queue and the
+    searcher's arms are handed in, never patched in later)."""
+
+    def __init__(self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None,
+                 semantic_parts: SemanticParts | None = None) -> None:
         self.settings = settings
         self.db = db
         self.catalog = catalog.Catalog(db)  # the read-side view (operator and citations)
@@ -138,17 +175,24 @@ class KnowledgeService:
         self._task_group = task_group
         self.parser_pool = ParserPool()
         self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
-        self.ingestor = Ingestor(db, self.artifacts, self.extractors)
-        self.searcher = Searcher(db, [LexicalArm()], arm_limit=settings.search_candidates,
+        #: The semantic arm's model version, embedder (its child's owner) and embedding drain (the
+        #: queue's consumer), when the arm is on (`start_semantic`).
+        self.semantic_version = semantic_parts.version if semantic_parts else None
+        self.embedder = semantic_parts.embedder if semantic_parts else None
+        self.drain = semantic_parts.drain if semantic_parts else None
+        vectors = self.drain or (QueueOnly(self.semantic_version) if self.semantic_version else None)
+        self.ingestor = Ingestor(db, self.artifacts, self.extractors, vectors=vectors)
+        arms: list[Arm] = [LexicalArm()]
+        if self.embedder is not None and self.semantic_version is not None:
+            arms.append(SemanticArm(self.embedder, self.semantic_version, DIM))
+        self.searcher = Searcher(db, arms, arm_limit=settings.search_candidates,
                                  policy=DEFAULT_POLICY if settings.relevance_floor else DEFAULT_POLICY.unfloored())
-        #: The semantic arm's embedder child's owner, when the arm is on (`enable_semantic`).
-        self.embedder: Embedder | None = None
-        #: The semantic arm's embedding drain (the queue's consumer), when the arm is on.
-        self.drain: EmbeddingDrain | None = None
-        self.semantic_version: str | None = None
         self.attachment_queue = AttachmentQueue(db)
-        #: The maintenance worker (attachment workers and the sweeper), when ``attachment_workers`` > 0.
-        self.maintenance: MaintenanceWorker | None = None
+        #: The maintenance worker — attachment workers (``attachment_workers``, maybe none) and the
+        #: one sweeper (expired artifacts, trace retention) — when this service sweeps or has workers.
+        self.maintenance: MaintenanceWorker | None = (
+            MaintenanceWorker.from_settings(settings, db, self.artifacts, self.ingestor)
+            if settings.attachment_workers or settings.sweep_interval_seconds else None)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -191,50 +235,16 @@ class KnowledgeService:
                 # The host's own exception leaves the block as itself, not as an ExceptionGroup.
                 held = HeldError()
                 async with anyio.create_task_group() as tg:
-                    svc = cls(settings, db, tg, server)
-                    if settings.sweep_interval_seconds:
-                        if not settings.attachment_workers:  # else the maintenance worker sweeps, supervised
-                            svc.start_background("artifact-sweeper", svc.run_sweeper, settings.sweep_interval_seconds)
-                        svc.start_background("trace-pruner", svc.run_trace_pruner, settings.sweep_interval_seconds)
-                    if settings.attachment_workers:
-                        svc.maintenance = MaintenanceWorker.from_settings(settings, db, svc.artifacts, svc.ingestor)
-                        svc.start_background("maintenance-worker", svc.maintenance.run)
-                    svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
-                        if semantic.enabled(settings.semantic_arm):
-                            if settings.semantic_arm is None and not await table_exists(db):
-                                _log.warning(NO_PGVECTOR)  # the default, not a requirement: lexical-only
-                            else:
-                                await svc._enable_semantic()
+                        svc = cls(settings, db, tg, server, await start_semantic(settings, db, tg))
+                        if svc.maintenance is not None:
+                            svc.start_background("maintenance-worker", svc.maintenance.run)
+                        svc.start_background("parser-spares", svc.parser_pool.keep_spares)
+                        if svc.drain is not None and settings.semantic_backfill:
+                            svc.start_background("semantic-backfill", svc._backfill)
                         yield svc
                     tg.cancel_scope.cancel()
                 held.reraise()
-
-    async def _enable_semantic(self) -> None:
-        """Start the embedder (an actor of this service's task group that owns its child) and the
-        embedding drain (the queue's consumer), make sure the model version's HNSW index exists,
-        and add the arm beside the lexical one. Ingest queues its chunk sets and commits without
-        waiting for vectors (`knowledge.semantic.queue`). Without ``semantic_model``, only that:
-        ingest queues, no model is loaded, search is lexical. With ``semantic_backfill``, chunk sets
-        that have no vectors under this version (ingested with the arm off, or under another model
-        version) are queued at start, in the background."""
-        window = self.settings.semantic_window
-        version = model_version(window)
-        await ensure_index(self.db, version, DIM)
-        self.semantic_version = version
-        if not self.settings.semantic_model:  # queue for the arm; another process embeds
-            self.ingestor.embed_version = version
-            return
-        self.embedder = Embedder(window=window, threads=self.settings.embedder_threads)
-        await self._task_group.start(self.embedder.run)
-        self.drain = EmbeddingDrain(self.db, self.embedder, version)
-        if self.settings.semantic_drain:
-            await self._task_group.start(self.drain.run)
-        self.ingestor.embed_version = version
-        self.ingestor.on_queued = self.drain.wake
-        self.searcher.arms = [LexicalArm(), SemanticArm(self.embedder, version, DIM)]
-        if self.settings.semantic_backfill:
-            self.start_background("semantic-backfill", self._backfill)
 
     async def _backfill(self) -> None:
         try:
@@ -461,20 +471,9 @@ class KnowledgeService:
         return await retry_transient("budget_pressure", functools.partial(budget_pressure, self.db, tenant_id, since))
 
     async def prune_traces(self, retention: TraceRetention = TRACE_RETENTION) -> PruneResult:
-        """Apply the traces' two-tier retention schedule now (the pruner task does this periodically).
+        """Apply the traces' two-tier retention schedule now (the sweeper does this each interval).
         Cancellation: the batch in flight rolls back."""
         return await prune_traces(self.db, retention=retention)
-
-    async def run_trace_pruner(self, interval_seconds: float) -> None:
-        """Prune traces every ``interval_seconds`` until cancelled (at close)."""
-        while True:
-            try:
-                pruned = await self.prune_traces()
-                if pruned.reduced or pruned.deleted:
-                    _log.info("traces: %d reduced, %d deleted", pruned.reduced, pruned.deleted)
-            except Exception:
-                _log.exception("trace pruning failed; retrying next interval")
-            await anyio.sleep(interval_seconds)
 
     async def upload_attachment(self, tenant_id: str, data: bytes, *, media_type: str, file_name: str | None,
                                 expires_at: datetime | None = None) -> ArtifactRef:
@@ -524,17 +523,6 @@ class KnowledgeService:
     def start_background(self, name: str, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""
         self._task_group.start_soon(fn, *args, name=name)
-
-    async def run_sweeper(self, interval_seconds: float) -> None:
-        """Sweep expired artifacts every ``interval_seconds`` until cancelled (at close)."""
-        while True:
-            try:
-                swept = await self.artifacts.sweep()
-                if swept:
-                    _log.info("swept %d expired artifacts", swept)
-            except Exception:
-                _log.exception("artifact sweep failed; retrying next interval")
-            await anyio.sleep(interval_seconds)
 
     async def health(self) -> Health:
         """Round-trip the database and report; never raises for a database failure.

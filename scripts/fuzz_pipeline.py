@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/fuzz_pipeline.py --seconds 60 [--seed N]
 
-Drives the properties of tests/test_hostile_input.py in rounds of fresh seeds until the time is up: any bytes
+Drives the properties of tests/ingest/test_hostile_input.py in rounds of fresh seeds until the time is up: any bytes
 through the text extractors and any text through `prepare` (both structures, arbitrary titles) end as a prepared
 document or a typed refusal, with chunks that are exact slices of the normalized text, counted exactly, within
 the ceiling, and free of NUL and lone surrogates; every prepared chunk renders into the envelope and parses back;
@@ -36,7 +36,8 @@ from knowledge.core.normalize import normalize
 from knowledge.core.render import parse_knowledge_block, render_knowledge_block
 from knowledge.core.scan import find_secrets, is_instruction_like
 from knowledge.vocabulary import Structure
-from tests.test_hostile_input import (
+from tests.core.test_render import AS_OF, passage
+from tests.ingest.test_hostile_input import (
     CLOSED_LIST_ALPHABET,
     check_outcome,
     hostile_bytes,
@@ -46,7 +47,6 @@ from tests.test_hostile_input import (
     structures,
     titles,
 )
-from tests.test_render import AS_OF, passage
 
 # Large documents as recipes — (unit, repetitions) pairs — so a failure prints in a line, not megabytes.
 BIG_UNITS = [

@@ -20,7 +20,7 @@ import anyio
 import psutil
 import pytest
 
-# The suite tests lexical behaviour exactly; the semantic arm's tests (tests/test_semantic.py) turn
+# The suite tests lexical behaviour exactly; the semantic arm's tests (tests/semantic/test_semantic.py) turn
 # it on explicitly. An explicit KNOWLEDGE_SEMANTIC_ARM in the environment still wins.
 os.environ.setdefault("KNOWLEDGE_SEMANTIC_ARM", "off")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_habits import run_in_pty
+from tests.cli.test_cli_habits import run_in_pty
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -25,7 +25,7 @@ from knowledge.tools import (
     ToolDomain,
     ToolRegistry,
 )
-from tests.test_ingest import DOC, footprint, nothing_but_inputs, put
+from tests.ingest.test_ingest import DOC, footprint, nothing_but_inputs, put
 
 # A stand-in for the host's fourteen scopes (their names belong to the host, not to this package).
 HOST_SCOPES = frozenset(f"host.scope{i}" for i in range(HOST_SCOPE_COUNT))

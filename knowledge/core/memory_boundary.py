@@ -6,7 +6,7 @@ the contact surface between the two stores, and both crossings are one-direction
 - **Memory to knowledge: `Belief`.** A host's memory read path hands a turn its in-turn recall
   candidates as beliefs. This package only reads them — to budget them beside passages
   (`knowledge.core.budget`) and to record them in the same trace (`knowledge.store.traces`). No module here
-  constructs a `Belief`, stores one as a belief, or changes one; `tests/test_memory_boundary.py`
+  constructs a `Belief`, stores one as a belief, or changes one; `tests/core/test_memory_boundary.py`
   checks that over the source of every module.
 - **Knowledge to memory: nothing.** Formation reads episodes only. `consolidation_input` is the
   typed view of a session that a host's consolidation pass reads, and in it rendered context (a

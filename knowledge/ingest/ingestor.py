@@ -27,7 +27,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -65,6 +65,28 @@ T = TypeVar("T")
 FaultHook = Callable[[str, "Connection | None"], Awaitable[None]]
 
 
+class VectorQueue(Protocol):
+    """Where the ingest queues each chunk set it writes for embedding, in the same transaction (the
+    semantic arm's drain, `knowledge.semantic.queue.EmbeddingDrain`, satisfies it): the model
+    version the set is queued under, and a nudge for the queue's consumer after a commit."""
+
+    @property
+    def version(self) -> str: ...
+
+    def wake(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class QueueOnly:
+    """A `VectorQueue` with no consumer in this process: chunk sets are queued under ``version`` for
+    another process's drain (``semantic_model=False``)."""
+
+    version: str
+
+    def wake(self) -> None:
+        return None
+
+
 @dataclass
 class Ingestor:
     """The imperative shell around `prepare`."""
@@ -75,11 +97,14 @@ class Ingestor:
     fault_hook: FaultHook | None = field(default=None)
     #: Backoff between attempts after a transient database fault (`knowledge.store.retry`).
     retry_delays: tuple[float, ...] = RETRY_DELAYS
-    #: The semantic arm's model version, when the arm is on: every chunk set written is queued
-    #: for embedding under it in the same transaction (`knowledge.semantic.queue`).
-    embed_version: str | None = None
-    #: Called after a commit that queued a chunk set (wakes this process's embedding drain).
-    on_queued: Callable[[], None] | None = None
+    #: The semantic arm's queue, when the arm is on: every chunk set written is queued for
+    #: embedding under its version in the same transaction (`knowledge.semantic.queue`).
+    vectors: VectorQueue | None = None
+
+    @property
+    def embed_version(self) -> str | None:
+        """The model version chunk sets are queued under; None: the arm is off, nothing is queued."""
+        return self.vectors.version if self.vectors is not None else None
 
     async def ingest(self, request: IngestRequest) -> KnowledgeDocument:
         """Run the seven steps; return the committed document or raise `IngestRefused`.
@@ -126,8 +151,8 @@ class Ingestor:
         return document
 
     def wake_drain(self) -> None:
-        if self.embed_version is not None and self.on_queued is not None:
-            self.on_queued()
+        if self.vectors is not None:
+            self.vectors.wake()
 
     async def _read_and_prepare(self, tenant: str, artifact_id: uuid.UUID, title: str, *, sha256: str | None = None,
                                 chunker: Chunker | None = None, opened: Opened | None = None

@@ -1,4 +1,5 @@
-"""The maintenance worker: attachment workers and the artifact sweeper, each under a supervisor.
+"""The maintenance worker: attachment workers and the sweeper (expired artifacts, trace retention), each
+under a supervisor.
 
 - **`AttachmentWorker`** drains the attachment queue (`knowledge.ingest.attachments.AttachmentQueue`):
   it claims a batch of the first claimable attachments in upload order (``batch``, default 32),
@@ -12,13 +13,13 @@
   (database unavailable, parser killed, a timeout) is retried at most ``max_retries`` times with
   backoff, then recorded ``failed`` with its last reason; every attempt is kept on the attachment.
   Nothing of it reaches the conversation.
-- **`Supervisor`** runs each actor until cancelled and restarts one that crashed after a backoff
-  (doubling per consecutive crash, reset by the actor's progress), logging why at ERROR with the
-  traceback. Its counters (`ActorStatus`: crashes, consecutive crashes, last error, next restart,
-  ``crash_looping``) are what `KnowledgeService.worker_status` and ``health`` report.
-- **`MaintenanceWorker`** is one supervisor over N attachment workers and the sweeper. The service
-  runs it in its task group when ``Settings.attachment_workers`` > 0; ``python -m knowledge.maintenance.worker``
-  runs it as a process of its own, stopped cleanly by SIGINT or SIGTERM.
+- **`MaintenanceWorker`** is one supervisor (`knowledge.supervisors.actors.Supervisor`: restarts a
+  crashed actor after a backoff) over N attachment workers (N may be 0) and **the sweeper**, the
+  service's one periodic maintenance actor: every ``sweep_interval_seconds`` it deletes expired
+  artifacts and applies the traces' two-tier retention (`knowledge.store.traces.prune_traces`). The
+  service runs it in its task group when it sweeps or has attachment workers; ``knowledge worker``
+  (``python -m knowledge worker``) runs it as a process of its own, stopped cleanly by SIGINT or
+  SIGTERM.
 
 Many workers, one result: claims skip each other (``FOR UPDATE SKIP LOCKED``), a lease that is not
 renewed (its worker died) expires and the attachment is taken over, and the same file is the same
@@ -35,9 +36,8 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -53,12 +53,12 @@ from knowledge.ingest.ingestor import Ingestor
 from knowledge.models import Authority, KnowledgeDocument, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, QueryCanceled, is_transient
+from knowledge.store.traces import prune_traces
+from knowledge.supervisors.actors import ActorStatus, Pulse, Supervisor
 from knowledge.vocabulary import WRITE_SCOPE
 
 _log = logging.getLogger(__name__)
 
-#: An actor calls its pulse when it has made progress: the supervisor then forgets earlier crashes.
-Pulse = Callable[[], None]
 #: How long releasing a claim may take while the worker stops (shielded).
 _RELEASE_SECONDS = 5.0
 #: The shortest idle wait, so a row due now but being claimed by another worker is not spun on.
@@ -383,85 +383,6 @@ def classify(claim: Claim, result: BulkOutcome) -> Outcome:
     return Outcome("failed", result.reason if isinstance(result, KnowledgeError) else f"error:{type(result).__name__}")
 
 
-# --- Supervision ------------------------------------------------------------------------------------------
-
-
-class ActorStatus(BaseModel):
-    """A supervised actor as an operator sees it."""
-
-    name: str
-    running: bool
-    started_at: datetime | None
-    crashes: int  # since the supervisor started
-    consecutive_crashes: int  # since the actor last made progress
-    restarts: int
-    last_error: str | None
-    last_crash_at: datetime | None
-    next_restart_at: datetime | None  # set while it waits to be restarted
-    crash_looping: bool  # crash_loop_after or more consecutive crashes
-
-
-@dataclass
-class _Actor:
-    name: str
-    running: bool = False
-    started_at: datetime | None = None
-    crashes: int = 0
-    consecutive_crashes: int = 0
-    restarts: int = 0
-    last_error: str | None = None
-    last_crash_at: datetime | None = None
-    next_restart_at: datetime | None = None
-
-
-@dataclass
-class Supervisor:
-    """Restarts crashed actors with backoff; see the module docstring."""
-
-    restart_base_seconds: float = 1.0
-    restart_max_seconds: float = 60.0
-    crash_loop_after: int = 3
-    _actors: dict[str, _Actor] = field(default_factory=dict, init=False, repr=False)
-
-    async def supervise(self, name: str, actor: Callable[[Pulse], Awaitable[None]]) -> None:
-        """Run ``actor(pulse)`` until cancelled. When it raises (or returns: actors are meant to run
-        until cancelled), log why with the traceback, wait ``restart_base_seconds`` doubled per
-        consecutive crash (capped at ``restart_max_seconds``), and start it again. The actor's
-        ``pulse()`` marks progress and resets the consecutive count. Cancellation: the actor is
-        cancelled (and finishes its own cleanup) and the supervision ends."""
-        state = self._actors.setdefault(name, _Actor(name))
-
-        def pulse() -> None:
-            state.consecutive_crashes = 0
-
-        while True:
-            state.running, state.started_at, state.next_restart_at = True, _now(), None
-            error: BaseException | None = None
-            try:
-                await actor(pulse)
-                why = "returned (actors run until cancelled)"
-            except Exception as exc:
-                error = exc
-                why = f"{type(exc).__name__}: {exc}"
-            finally:
-                state.running = False
-            state.crashes += 1
-            state.consecutive_crashes += 1
-            state.last_error = why[:1000]
-            state.last_crash_at = _now()
-            delay = min(self.restart_max_seconds, self.restart_base_seconds * 2 ** (state.consecutive_crashes - 1))
-            state.next_restart_at = state.last_crash_at + timedelta(seconds=delay)
-            looping = state.consecutive_crashes >= self.crash_loop_after
-            _log.error("%s%s crashed: %s (%d in a row, %d in all); restarting in %.3g s", "CRASH LOOP: " if looping
-                       else "", name, why, state.consecutive_crashes, state.crashes, delay, exc_info=error)
-            await anyio.sleep(delay)
-            state.restarts += 1
-
-    def snapshot(self) -> list[ActorStatus]:
-        return [ActorStatus(**asdict(a), crash_looping=a.consecutive_crashes >= self.crash_loop_after)
-                for a in self._actors.values()]
-
-
 class MaintenanceStatus(BaseModel):
     """The maintenance worker as an operator sees it (`KnowledgeService.worker_status`)."""
 
@@ -474,11 +395,12 @@ class MaintenanceStatus(BaseModel):
 
 
 class MaintenanceWorker:
-    """N attachment workers and the artifact sweeper, each supervised; see the module docstring."""
+    """N attachment workers and the sweeper, each supervised; see the module docstring."""
 
     def __init__(self, db: Database, artifacts: ArtifactStore, ingestor: Ingestor, options: WorkerOptions | None = None,
                  *, workers: int = 1, sweep_interval_seconds: float | None = None,
                  supervisor: Supervisor | None = None) -> None:
+        self.db = db
         self.queue = AttachmentQueue(db)
         self.artifacts = artifacts
         self.options = options or WorkerOptions()
@@ -506,20 +428,24 @@ class MaintenanceWorker:
                 tg.start_soon(self.supervisor.supervise, f"attachment-worker-{index}", worker.run,
                               name=f"attachment-worker-{index}")
             if self.sweep_interval_seconds:
-                tg.start_soon(self.supervisor.supervise, "artifact-sweeper", self._sweep, name="artifact-sweeper")
+                tg.start_soon(self.supervisor.supervise, "sweeper", self._sweep, name="sweeper")
 
     def wake(self) -> None:
         """Attachments were marked: wake this process's idle workers."""
         self.doorbell.ring()
 
     async def _sweep(self, pulse: Pulse) -> None:
+        """Each interval: delete expired artifacts, then apply the traces' retention schedule."""
         assert self.sweep_interval_seconds
         while True:
             swept = await self.artifacts.sweep()
-            pulse()
             if swept:
                 self.swept += swept
                 _log.info("swept %d expired artifacts", swept)
+            pruned = await prune_traces(self.db)
+            if pruned.reduced or pruned.deleted:
+                _log.info("traces: %d reduced, %d deleted", pruned.reduced, pruned.deleted)
+            pulse()
             await anyio.sleep(self.sweep_interval_seconds)
 
     def snapshot(self) -> MaintenanceStatus:

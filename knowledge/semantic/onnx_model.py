@@ -7,7 +7,7 @@ exports the same weights to ONNX (torch's exporter, opset 17) into the environme
 (``<sys.prefix>/share/knowledge/``). The embedder child then loads that file with onnxruntime and
 the packaged ``tokenizer.json`` with tokenizers — under half a second — and computes what
 sentence-transformers computes (mean pooling over the attention mask, L2 normalisation): the vectors
-agree to 2e-7 (``tests/test_semantic_onnx.py``). Nothing is fetched: the graph is the packaged
+agree to 2e-7 (``tests/semantic/test_semantic_onnx.py``). Nothing is fetched: the graph is the packaged
 weights, re-serialised. Where the file is missing, the encoder falls back to sentence-transformers.
 """
 

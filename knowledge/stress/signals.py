@@ -13,7 +13,7 @@ to after the last commit), sometimes a second one just after, and then checks wh
 - the store holds whole documents only (`knowledge.maintenance.audit.audit_storage`: no partial document, no
   orphan source, statistics that agree), and no artifact without an expiry that no document holds.
 
-Used by ``tests/test_cli_signals.py`` and ``scripts/stress_service.py --interrupt-cli``.
+Used by ``tests/cli/test_cli_signals.py`` and ``scripts/stress_service.py --interrupt-cli``.
 """
 
 from __future__ import annotations

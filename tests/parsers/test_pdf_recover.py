@@ -4,7 +4,7 @@ pikepdf's repair, while encrypted files are still refused and never rewritten; a
 (Thai tone marks and vowel signs) never start a line or a paragraph, with no character lost.
 
 The three corpus files recovered here are in the manifest's ``bomb`` category, which
-``tests/test_pdf_extract.py`` does not parse in process; these three are small and quick.
+``tests/parsers/test_pdf_extract.py`` does not parse in process; these three are small and quick.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from knowledge.parsers import pdf_extract
 from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
 from tests.conftest import corpus_missing
 
-PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
+PDFS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pdf"
 needs_corpus = pytest.mark.skipif(corpus_missing(PDFS / "MANIFEST.tsv"), reason="shared corpus not present")
 DERIVED_HEADING = re.compile(r"^#{1,6} .+$", re.MULTILINE)
 

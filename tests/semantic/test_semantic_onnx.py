@@ -13,7 +13,7 @@ import pytest
 
 from knowledge.semantic.encoder import Encoder, available, onnx_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT.parent / "shared" / "corpus" / "docs-etcd" / "op-guide"
 
 pytestmark = pytest.mark.skipif(not available(), reason="the semantic extra is not installed")

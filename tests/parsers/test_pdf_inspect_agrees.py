@@ -11,7 +11,7 @@ import pytest
 
 from knowledge.errors import ExtractionRefused
 from knowledge.supervisors.parser_pool import ParserPool
-from tests.test_pdf_pool import PDFS, manifest, needs_corpus
+from tests.supervisors.test_pdf_pool import PDFS, manifest, needs_corpus
 
 STRUCTURAL = {"pdf_unreadable", "pdf_encrypted", "pdf_too_large"}
 

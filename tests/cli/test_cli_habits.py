@@ -31,8 +31,8 @@ from knowledge.cli.help import plain_help
 from knowledge.cli.output import fitting_lines
 from knowledge.service import KnowledgeService
 from knowledge.supervisors.embedder import Embedder
+from tests.cli.test_cli import RUNBOOK, Cli, cli_runner
 from tests.conftest import new_database
-from tests.test_cli import RUNBOOK, Cli, cli_runner
 
 SCRIPT = Path(sys.executable).parent / "knowledge"
 

@@ -33,10 +33,10 @@ from knowledge.semantic.queue import MAX_ATTEMPTS
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from knowledge.supervisors.embedder import BATCH_PASSAGES
-from tests.test_cli import knowledge  # noqa: F401  (the CLI fixture)
-from tests.test_ingest import footprint, nothing_but_inputs, put, writer
-from tests.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
-from tests.test_versions import ParagraphChunker
+from tests.cli.test_cli import knowledge  # noqa: F401  (the CLI fixture)
+from tests.ingest.test_ingest import footprint, nothing_but_inputs, put, writer
+from tests.ingest.test_versions import ParagraphChunker
+from tests.retrieval.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
 
 pytestmark = pytest.mark.skipif(not available(), reason="the semantic extra is not installed")
 
@@ -501,8 +501,8 @@ def test_semantic_arm_on_needs_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     assert enabled(False) is False
 
 
-def test_ingestor_without_a_model_version_queues_nothing() -> None:
-    assert Ingestor.__dataclass_fields__["embed_version"].default is None
+def test_ingestor_without_a_vector_queue_queues_nothing() -> None:
+    assert Ingestor.__dataclass_fields__["vectors"].default is None
 
 
 def test_cli_reembed_fills_a_tenant_ingested_lexical_only(knowledge: Any, tmp_path: Any) -> None:  # noqa: F811

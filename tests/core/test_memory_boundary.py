@@ -24,9 +24,9 @@ from knowledge.core.memory_boundary import (
 from knowledge.core.render import render_knowledge_block
 from knowledge.models import KnowledgeQuery, TrustLevel
 from knowledge.service import KnowledgeService
-from tests.test_turn import ingest_text, request
+from tests.retrieval.test_turn import ingest_text, request
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("knowledge", "parsers", "supervisors")
 
 RUNBOOK = """# Runbook

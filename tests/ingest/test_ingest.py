@@ -19,7 +19,7 @@ from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from tests.conftest import corpus_missing
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 SECRETS = CORPUS / "secrets" / "dev.jsonl.gz"
 
 DOC = """# Deployment Guide

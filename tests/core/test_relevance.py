@@ -18,7 +18,7 @@ from knowledge.core.relevance import (
     features,
     proximity,
 )
-from tests.test_ranking import TODAY, cand
+from tests.core.test_ranking import TODAY, cand
 
 IDF = {"snapshot": 2.0, "restor": 3.0, "etcd": 1.0}
 

@@ -30,7 +30,7 @@ from knowledge.core.turn import TurnRequest
 from knowledge.models import Authority, DeletedChunk, KnowledgeChunk, KnowledgeQuery, Sensitivity, Viewer
 from knowledge.service import KnowledgeService
 from knowledge.store.traces import prune_traces
-from tests.test_turn import guide, ingest_text, owner, request
+from tests.retrieval.test_turn import guide, ingest_text, owner, request
 
 LEVELS = list(Sensitivity)
 SHA = "ab" * 32

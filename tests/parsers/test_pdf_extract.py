@@ -32,7 +32,7 @@ from knowledge.parsers.child import MAX_PROGRESS_BYTES, OPEN_FILES
 from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
 from tests.conftest import corpus_missing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PDFS = ROOT.parent / "shared" / "corpus" / "pdf"
 needs_corpus = pytest.mark.skipif(corpus_missing(PDFS / "MANIFEST.tsv"), reason="shared corpus not present")
 MD = MarkdownIt("commonmark").enable_many(["table", "front_matter"])  # the chunker's parser and options

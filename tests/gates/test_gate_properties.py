@@ -39,9 +39,9 @@ from knowledge.core.normalize import normalize
 from knowledge.core.render import parse_knowledge_block, render_knowledge_block
 from knowledge.models import ArtifactOrigin, DeletedChunk, KnowledgeChunk, KnowledgeQuery, TrustLevel, Viewer
 from knowledge.service import KnowledgeService
-from tests.test_pdf_extract import Item, body, make_pdf
-from tests.test_search import ingest_text, writer
-from tests.test_versions import ingest, owner
+from tests.ingest.test_versions import ingest, owner
+from tests.parsers.test_pdf_extract import Item, body, make_pdf
+from tests.retrieval.test_search import ingest_text, writer
 
 # ---------------------------------------------------------------- generated documents
 
@@ -323,7 +323,7 @@ class CitationMachine(RuleBasedStateMachine):
     # --- the steps, as the rules and the starting history take them
 
     def add(self, words: list[str], replaces: uuid.UUID | None = None) -> uuid.UUID:
-        """Ingest a document, or a new version of ``replaces`` (`tests.test_versions.ingest`, as alice)."""
+        """Ingest a document, or a new version of ``replaces`` (`tests.ingest.test_versions.ingest`, as alice)."""
         self.written += 1
         text = runbook(words, f"m{self.written}")
         doc = self.portal.call(functools.partial(ingest, self.svc, self.tenant, text, replaces=replaces))

@@ -1,5 +1,5 @@
 """knowledge.search: isolation in SQL (the visibility state machine), ranking, the corpus gate. The verbatim
-and citation gates are properties over generated corpora in `tests/test_gate_properties.py`."""
+and citation gates are properties over generated corpora in `tests/gates/test_gate_properties.py`."""
 
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ async def test_a_passage_that_holds_a_one_word_question_is_returned(service: Kno
     assert await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="pelican")) == []
 
 
-QA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"
+QA = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"
 # The shipped default (the semantic arm on, ranking knowledge-v2: the calibrated relevance and its
 # floors; 3 passages / 3,000 tokens). Measured (`scripts/eval_retrieval.py --semantic`, issue 19):
 # recall@3 0.733 (44 of 60; knowledge-v1 fused 0.633, lexical 0.500), noise 0.775, no answerable

@@ -59,9 +59,9 @@ from knowledge.core.scan_rules import RULES, _matches
 from knowledge.errors import ExtractionRefused, IngestRefused
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.vocabulary import Structure
-from tests.test_chunking import markdown_doc
-from tests.test_render import AS_OF, nasty_text, passage
-from tests.test_scan import _TEXTS as SCAN_TEXTS
+from tests.core.test_chunking import markdown_doc
+from tests.core.test_render import AS_OF, nasty_text, passage
+from tests.core.test_scan import _TEXTS as SCAN_TEXTS
 
 # ---------------------------------------------------------------- the pipeline and its properties
 

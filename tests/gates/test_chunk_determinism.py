@@ -24,8 +24,8 @@ from knowledge.errors import IngestRefused
 from knowledge.models import ArtifactOrigin, TrustLevel
 from knowledge.parsers.pdf import PDF_TEXT_VERSION, PdfExtractor
 from knowledge.service import KnowledgeService
-from tests.test_pdf_extract import body, make_pdf
-from tests.test_versions import owner
+from tests.ingest.test_versions import owner
+from tests.parsers.test_pdf_extract import body, make_pdf
 
 MARKDOWN = """# Operations guide
 

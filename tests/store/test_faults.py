@@ -16,7 +16,7 @@ from knowledge.errors import DatabaseUnavailable
 from knowledge.models import KnowledgeQuery, TrustLevel
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
-from tests.test_ingest import DOC, footprint, put, writer
+from tests.ingest.test_ingest import DOC, footprint, put, writer
 
 pytestmark = pytest.mark.anyio
 

@@ -42,7 +42,7 @@ from tests.helpers.attachments import (
 )
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def with_workers(settings: Settings, tenant: str, **extra: Any) -> Settings:
@@ -353,12 +353,15 @@ async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings
         async def done() -> bool:
             swept = not await svc.db.fetchval(
                 "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2", tenant, expired.artifact_id)
-            return swept and (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
+            ingested = (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
+            # the worker counts an attachment just after the transaction that settled it
+            return swept and ingested and svc.maintenance is not None and \
+                svc.maintenance.snapshot().workers[0].ingested == 1
 
         await wait_for(done)
         report = await svc.worker_status()
         assert report is not None and report.swept >= 1 and report.queue == {"ingested": 1}
-        assert {a.name for a in report.actors} == {"attachment-worker-0", "artifact-sweeper"}
+        assert {a.name for a in report.actors} == {"attachment-worker-0", "sweeper"}
         assert report.workers[0].ingested == 1 and not report.crash_looping
         health = await svc.health()
         assert health.ok and health.workers is not None
@@ -366,7 +369,7 @@ async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings
 
 async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
         settings: Settings, tenant: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    caplog.set_level(logging.ERROR, logger="knowledge.maintenance.worker")
+    caplog.set_level(logging.ERROR, logger="knowledge.supervisors.actors")
     async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
         assert svc.maintenance is not None
         queue = svc.maintenance.queue

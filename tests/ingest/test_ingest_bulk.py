@@ -23,7 +23,7 @@ from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibil
 from knowledge.parsers.base import ExtractorRegistry
 from knowledge.service import KnowledgeService
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
-from tests.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
+from tests.ingest.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from knowledge.service import KnowledgeService
 from knowledge.supervisors.parser_pool import EXTRACT_SECONDS, ParserPool
 from tests.conftest import corpus_missing
 
-PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
+PDFS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pdf"
 needs_corpus = pytest.mark.skipif(corpus_missing(PDFS / "MANIFEST.tsv"), reason="shared corpus not present")
 
 

@@ -23,7 +23,7 @@ from knowledge.stress.signals import Round, interrupt_cli, table
 from knowledge.supervisors.embedded_pg import embedded_status
 from tests.conftest import new_database
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 FOLDER = CORPUS / "docs-etcd"
 #: Moments per loop for SIGINT (the issue's 50), and for SIGTERM.
 SIGINT_ROUNDS = 50

@@ -27,7 +27,7 @@ from knowledge.core import scan_rules
 from knowledge.core.scan import SecretFinding, find_secrets, is_instruction_like
 from tests.conftest import corpus_missing
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 DEV_SET = CORPUS / "secrets" / "dev.jsonl.gz"
 DOCS = ("docs-argocd", "docs-etcd")
 

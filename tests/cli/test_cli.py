@@ -40,7 +40,7 @@ from knowledge.models import KnowledgeQuery
 from knowledge.service import KnowledgeService
 from tests.conftest import new_database
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "knowledge"
 
 RUNBOOK = """# Runbook

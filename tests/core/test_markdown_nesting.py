@@ -52,7 +52,7 @@ def test_ordinary_nesting_is_still_markdown() -> None:
 
 def test_a_parser_panic_is_chunked_as_plain_text() -> None:
     """markdown-it.rs panics (index out of bounds in its code-span rule) on this input, found by
-    tests/test_hostile_input.py; pyo3 raises that as a BaseException. It ends as plain-text chunks."""
+    tests/ingest/test_hostile_input.py; pyo3 raises that as a BaseException. It ends as plain-text chunks."""
     text = normalize("b\x1b[31maaa word -`1\U000508fb\U000d4baa\x95")
     drafts = chunk_text(text, "T", markdown=True)
     assert drafts and "".join(d.text for d in drafts) == text.strip()
