@@ -15,8 +15,8 @@ from knowledge.errors import IngestRefused
 from knowledge.models import Principal
 from knowledge.store.artifacts import REF_COLUMNS
 from knowledge.store.db import Connection
+from knowledge.store.embedding_queue import QUEUE_INSERT
 from knowledge.store.locks import lock_document
-from knowledge.store.vectors import QUEUE_INSERT
 
 #: The text search configuration of the index rows and of queries.
 TS_CONFIG = "english"

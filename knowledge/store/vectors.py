@@ -89,8 +89,3 @@ async def insert_missing(db: Database, tenant: str, version: str, chunk_ids: Seq
         else:
             return
 
-
-# A chunk set queued for embedding (migration 0009): the ingest's and re-chunk's statements end with it.
-QUEUE_INSERT = """
-INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version, chunk_count)
-"""
