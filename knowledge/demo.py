@@ -35,6 +35,7 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.service import KnowledgeService
+from knowledge.store.catalog import CHUNK_TOKENS
 
 TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
@@ -71,8 +72,7 @@ async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Pa
         elif isinstance(outcome, Exception) and not isinstance(outcome, IngestRefused):
             raise outcome
     new = [o.document_id for o in results if isinstance(o, KnowledgeDocument)]
-    tokens.extend(r["tokens"] for r in await svc.db.fetch(
-        "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = ANY($2::uuid[])", TENANT, new))
+    tokens.extend(r["tokens"] for r in await svc.db.fetch(CHUNK_TOKENS, TENANT, new))
     return size
 
 

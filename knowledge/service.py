@@ -76,6 +76,7 @@ from knowledge.store.deletion import ConversationDeleted, delete_conversation, d
 from knowledge.store.metrics import BudgetPressure, IngestStats, budget_pressure, ingest_stats
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.store.retry import retry_transient, typed_faults
+from knowledge.store.server import SERVER_IDENTITY
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
 from knowledge.store.vectors import ensure_index, table_exists
 from knowledge.structured import HeldError, call_in_group
@@ -543,7 +544,7 @@ class KnowledgeService:
             if self.embedder is not None and self.semantic_version is not None else None,
         }
         try:
-            row = await self.db.fetchrow("SELECT current_setting('server_version') AS v, current_database() AS d")
+            row = await self.db.fetchrow(SERVER_IDENTITY)
             versions = await applied_versions(self.db)
             if common["semantic"] is not None and self.drain is not None:
                 common["semantic"].backlog = await self.drain.backlog()

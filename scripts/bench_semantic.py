@@ -41,7 +41,7 @@ from knowledge.config import Settings
 from knowledge.core.prepare import prepare
 from knowledge.core.ranking import KNOWLEDGE_V1
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
-from knowledge.semantic.arm import _SCAN_OPTIONS, SemanticArm
+from knowledge.semantic.arm import SCAN_OPTIONS, SemanticArm
 from knowledge.semantic.encoder import DIM, Encoder
 from knowledge.service import KnowledgeService
 from knowledge.store.vectors import index_name, model_literal
@@ -135,13 +135,16 @@ async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, text
     merged into one tenant have identical vectors, so which copy an exact cut keeps is arbitrary)."""
     version = model_literal(arm.version)
     distance = f"e.embedding::vector({DIM}) <=> $2::vector({DIM})"
-    base = f"""SELECT e.chunk_id, min(e.d) AS d FROM (
+
+    def nearest(tail: str) -> str:  # tail "+ 0": an order the index cannot serve (the exact pass)
+        return f"""SELECT e.chunk_id, min(e.d) AS d FROM (
                  SELECT e.chunk_id, {distance} AS d FROM knowledge_embeddings e
                  WHERE e.tenant_id = $1 AND e.model_version = {version}
-                 ORDER BY ({distance}) {{tail}} LIMIT {LIMIT * 4}) e
+                 ORDER BY ({distance}) {tail} LIMIT {LIMIT * 4}) e
                GROUP BY e.chunk_id ORDER BY d LIMIT {LIMIT}"""
-    exact_sql = base.replace("{tail}", "+ 0")
-    ann_sql = base.replace("{tail}", "")
+
+    exact_sql = nearest("+ 0")
+    ann_sql = nearest("")
     best_sql = f"""SELECT min({distance}) AS d FROM knowledge_embeddings e
                    WHERE e.tenant_id = $1 AND e.model_version = {version} AND e.chunk_id = ANY($3::text[])
                    GROUP BY e.chunk_id"""
@@ -149,7 +152,7 @@ async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, text
     async def bare(vec: str, scan_options: bool) -> list[str]:
         async with svc.db.transaction() as tx:
             if scan_options:
-                await tx.execute(_SCAN_OPTIONS)
+                await tx.execute(SCAN_OPTIONS)
             return [r["chunk_id"] for r in await tx.fetch(ann_sql, tenant, vec)]
 
     async def through_arm(text: str, exact_max: int) -> list[str]:

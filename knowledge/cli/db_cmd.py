@@ -59,19 +59,13 @@ def start(ctx: typer.Context) -> int:
     return 0
 
 
-#: The server's client connections other than the asking one, by application name.
-_CLIENTS_SQL = """
-SELECT coalesce(nullif(application_name, ''), '(unnamed)') AS app, count(*) AS n FROM pg_stat_activity
-WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 2 DESC, 1
-"""
-
-
 async def connected_clients(dsn: str) -> dict[str, int]:
     """The server's other client connections, by application name (``knowledge-cli``, a worker…)."""
     from knowledge.store.db import Database, open_bridge
+    from knowledge.store.server import CLIENTS_BY_APPLICATION
 
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-        return {r["app"]: int(r["n"]) for r in await db.fetch(_CLIENTS_SQL)}
+        return {r["app"]: int(r["n"]) for r in await db.fetch(CLIENTS_BY_APPLICATION)}
 
 
 @db_app.command("stop")

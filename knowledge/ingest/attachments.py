@@ -43,7 +43,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from knowledge.errors import KnowledgeError
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.parsers.base import base_media_type
-from knowledge.store.artifacts import REF_COLUMNS, collect_bytes, insert_artifact, ref_from_row, store_retrying
+from knowledge.store.artifacts import collect_bytes, insert_artifact, ref_from_row, store_retrying
+from knowledge.store.attachment_queue import (
+    CLAIM,
+    COUNTS,
+    LEASE_HOLDER,
+    MARK,
+    MARK_READ,
+    NEXT_DUE,
+    OVERVIEW,
+    RELEASE,
+    RENEW,
+    SET_INSPECTION,
+    SETTLE,
+    STATUS,
+)
 from knowledge.store.db import Connection, Database, Record
 from knowledge.store.deletion import withdraw_unreferenced
 from knowledge.store.locks import lock_documents
@@ -57,7 +71,6 @@ TRANSIENT_REFUSALS = frozenset({"pdf_timeout", "pdf_killed"})
 
 _IDENT = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-_LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 
 
 def attachment_document_id(tenant_id: str, principal_id: str, sha256: str) -> uuid.UUID:
@@ -180,8 +193,7 @@ async def upload_attachment(db: Database, inspect: Inspect, tenant_id: str, data
                                     trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=file_name, expires_at=expires_at,
                                     artifact_id=artifact_id)
         if marker is not None:
-            await tx.execute("UPDATE artifacts SET inspection = $3::jsonb WHERE tenant_id = $1 AND artifact_id = $2",
-                             tenant_id, ref.artifact_id, json.dumps(marker))
+            await tx.execute(SET_INSPECTION, tenant_id, ref.artifact_id, json.dumps(marker))
         return ref
 
     return await store_retrying(db, tenant_id, write)  # transient faults retried, the inspection not repeated
@@ -218,10 +230,7 @@ async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iter
     principal_id = actor.principal_id if isinstance(actor, Principal) else None
     marks: dict[uuid.UUID, AttachmentMark] = {}
     async with db.transaction() as tx:
-        rows = await tx.fetch(
-            f"""SELECT artifact_id, origin, media_type, sha256, attachment_state, inspection::text AS inspection
-                FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[]) AND {_LIVE}
-                ORDER BY artifact_id FOR UPDATE""", actor.tenant_id, ids)
+        rows = await tx.fetch(MARK_READ, actor.tenant_id, ids)
         fresh: list[tuple[uuid.UUID, str | None, str | None, uuid.UUID | None]] = []
         for row in rows:
             state, reason = _decide(actor, row, supported)
@@ -233,18 +242,7 @@ async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iter
                 fresh.append((row["artifact_id"], state.value, reason,
                               attachment_document_id(actor.tenant_id, principal_id, row["sha256"])))
         await tx.execute(
-            """UPDATE artifacts a
-               SET conversation_id = coalesce(a.conversation_id, $2),
-                   attachment_state = coalesce(m.state, a.attachment_state),
-                   refusal_reason = CASE WHEN m.state IS NULL THEN a.refusal_reason ELSE m.reason END,
-                   attached_by = CASE WHEN m.state IS NULL THEN a.attached_by ELSE $3 END,
-                   attachment_document_id = coalesce(m.document_id, a.attachment_document_id),
-                   marked_at = CASE WHEN m.state IS NULL THEN a.marked_at ELSE clock_timestamp() END,
-                   attachment_updated_at = CASE WHEN m.state IS NULL THEN a.attachment_updated_at
-                                                ELSE clock_timestamp() END
-               FROM unnest($4::uuid[], $5::text[], $6::text[], $7::uuid[]) AS m(artifact_id, state, reason, document_id)
-               WHERE a.tenant_id = $1 AND a.artifact_id = m.artifact_id""",
-            actor.tenant_id, conversation_id, principal_id, [f[0] for f in fresh], [f[1] for f in fresh],
+            MARK, actor.tenant_id, conversation_id, principal_id, [f[0] for f in fresh], [f[1] for f in fresh],
             [f[2] for f in fresh], [f[3] for f in fresh])
     return [marks.get(i) or AttachmentMark(artifact_id=i, state=None, reason=NotMarked.ARTIFACT_NOT_FOUND.value)
             for i in ids]
@@ -296,79 +294,6 @@ Settled = Literal["ingested", "refused", "pending", "failed", "lease_lost", "wit
 
 _STATE_OF: dict[str, Settled] = {"ingested": "ingested", "refused": "refused", "retry": "pending", "failed": "failed"}
 
-_CLAIM = f"""
-WITH next AS (
-    SELECT tenant_id, artifact_id, attachment_state AS prev_state, lease_owner AS prev_owner,
-           attachment_state = 'ingesting' AND attachment_attempts >= $4 AS exhausted
-    FROM artifacts
-    WHERE attachment_state IN ('pending', 'ingesting')
-      AND ($3::text IS NULL OR tenant_id = $3)
-      AND {_LIVE}
-      AND CASE attachment_state
-              WHEN 'pending' THEN next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()
-              ELSE lease_expires_at <= clock_timestamp() END
-    ORDER BY upload_seq
-    LIMIT $5
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE artifacts a
-SET attachment_state = 'ingesting',
-    lease_owner = $1,
-    lease_expires_at = clock_timestamp() + make_interval(secs => $2),
-    attachment_attempts = a.attachment_attempts + CASE WHEN next.exhausted THEN 0 ELSE 1 END,
-    next_attempt_at = NULL,
-    attachment_updated_at = clock_timestamp(),
-    attachment_history = CASE WHEN next.prev_state = 'ingesting'
-        THEN a.attachment_history || jsonb_build_object(
-            'attempt', a.attachment_attempts, 'outcome', 'lease_expired', 'reason', 'lease_expired',
-            'worker', next.prev_owner, 'at', clock_timestamp())
-        ELSE a.attachment_history END
-FROM next
-WHERE a.tenant_id = next.tenant_id AND a.artifact_id = next.artifact_id
-RETURNING {', '.join('a.' + c.strip() for c in REF_COLUMNS.split(','))}, a.attached_by,
-          a.attachment_document_id, a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state,
-          next.prev_owner, next.exhausted,
-          EXISTS (SELECT 1 FROM knowledge_documents d WHERE d.tenant_id = a.tenant_id
-                  AND d.document_id = a.attachment_document_id AND d.valid_to IS NULL) AS document_exists
-"""
-
-# Settle claims still held by worker $1, one row of the arrays per claim: tenant, artifact, new
-# state, reason, the document (ingested only), backoff seconds (pending only), the attempt's outcome.
-# An ingested attachment is recorded only while its document is live (checked under the document's lock).
-_SETTLE = f"""
-UPDATE artifacts a
-SET attachment_state = s.state,
-    refusal_reason = s.reason,
-    attachment_document_id = coalesce(s.document_id, a.attachment_document_id),
-    next_attempt_at = CASE WHEN s.state = 'pending' THEN clock_timestamp() + make_interval(secs => s.delay) END,
-    lease_owner = NULL,
-    lease_expires_at = NULL,
-    attachment_updated_at = clock_timestamp(),
-    attachment_history = a.attachment_history || jsonb_build_object(
-        'attempt', a.attachment_attempts, 'outcome', s.outcome, 'reason', s.reason, 'worker', $1::text,
-        'document_id', s.document_id, 'at', clock_timestamp())
-FROM unnest($2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[], $7::float8[], $8::text[])
-     AS s(tenant_id, artifact_id, state, reason, document_id, delay, outcome)
-WHERE a.tenant_id = s.tenant_id AND a.artifact_id = s.artifact_id AND a.lease_owner = $1
-  AND a.attachment_state = 'ingesting' AND {_LIVE}
-  AND (s.state <> 'ingested' OR EXISTS (SELECT 1 FROM knowledge_documents d
-                                       WHERE d.tenant_id = s.tenant_id AND d.document_id = s.document_id
-                                         AND d.valid_to IS NULL))
-RETURNING a.artifact_id
-"""
-
-_RELEASE = f"""
-UPDATE artifacts
-SET attachment_state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
-    attachment_attempts = attachment_attempts - 1, attachment_updated_at = clock_timestamp(),
-    attachment_history = attachment_history || jsonb_build_object(
-        'attempt', attachment_attempts, 'outcome', 'released', 'reason', 'worker_stopped', 'worker', $3::text,
-        'at', clock_timestamp())
-WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting' AND {_LIVE}
-RETURNING 1
-"""
-
-
 def _claim_of(row: Record, worker_id: str) -> Claim:
     principal_id = row["attached_by"] or ""
     return Claim(
@@ -398,7 +323,7 @@ class AttachmentQueue:
         empty when nothing is claimable. Workers skip each other's rows being claimed (``SKIP
         LOCKED``). A takeover of attempt ``max_attempts`` is not a new attempt: the claim is
         ``exhausted``. Cancellation: the statement rolls back; nothing is claimed."""
-        rows = await self._db.fetch(_CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
+        rows = await self._db.fetch(CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
         claims = [_claim_of(row, worker_id) for row in rows]
         return sorted(claims, key=lambda c: c.upload_seq)
 
@@ -409,11 +334,7 @@ class AttachmentQueue:
         if not claims:
             return set()
         rows = await self._db.fetch(
-            f"""UPDATE artifacts SET lease_expires_at = clock_timestamp() + make_interval(secs => $4)
-                WHERE tenant_id = ANY($1::text[]) AND artifact_id = ANY($2::uuid[]) AND lease_owner = $3
-                  AND attachment_state = 'ingesting' AND {_LIVE}
-                RETURNING artifact_id""",
-            sorted({c.tenant_id for c in claims}), [c.artifact_id for c in claims], claims[0].worker_id,
+            RENEW, sorted({c.tenant_id for c in claims}), [c.artifact_id for c in claims], claims[0].worker_id,
             float(lease_seconds))
         return {row["artifact_id"] for row in rows}
 
@@ -440,7 +361,7 @@ class AttachmentQueue:
         async with self._db.transaction() as tx:
             await lock_documents(tx, [(c.tenant_id, c.document_id)
                                       for c, s in zip(claims, states, strict=True) if s == "ingested"])
-            done = {row["artifact_id"] for row in await tx.fetch(_SETTLE, claims[0].worker_id, *columns)}
+            done = {row["artifact_id"] for row in await tx.fetch(SETTLE, claims[0].worker_id, *columns)}
         settled: list[Settled] = []
         for claim, state in zip(claims, states, strict=True):
             if claim.artifact_id in done:
@@ -456,7 +377,7 @@ class AttachmentQueue:
         """Give a claim back unfinished (the worker is stopping): ``pending`` again at once, this
         attempt not counted; a claim whose attachment was withdrawn meanwhile withdraws what it may
         have made. Call it shielded."""
-        if await self._db.fetchval(_RELEASE, claim.tenant_id, claim.artifact_id, claim.worker_id):
+        if await self._db.fetchval(RELEASE, claim.tenant_id, claim.artifact_id, claim.worker_id):
             return "released"
         return await self._unheld(claim) or "lease_lost"
 
@@ -465,9 +386,7 @@ class AttachmentQueue:
         conversation was deleted), and the document this claim may have made is withdrawn unless a
         live attachment still refers to it; ``lease_lost`` — another worker holds it; None — it is
         still this claim's."""
-        row = await self._db.fetchrow(
-            f"""SELECT attachment_state, lease_owner, {_LIVE} AS live FROM artifacts
-                WHERE tenant_id = $1 AND artifact_id = $2""", claim.tenant_id, claim.artifact_id)
+        row = await self._db.fetchrow(LEASE_HOLDER, claim.tenant_id, claim.artifact_id)
         if row is None or not row["live"]:
             async with self._db.transaction() as tx:
                 await withdraw_unreferenced(tx, claim.tenant_id, [claim.document_id],
@@ -480,34 +399,17 @@ class AttachmentQueue:
     async def next_due(self, tenant_id: str | None = None) -> float | None:
         """Seconds until some attachment may become claimable (a retry's backoff ends, a lease
         expires; 0 or less: now), or None when none is pending or ingesting."""
-        value = await self._db.fetchval(
-            f"""SELECT extract(epoch FROM min(CASE attachment_state
-                           WHEN 'pending' THEN coalesce(next_attempt_at, clock_timestamp())
-                           ELSE lease_expires_at END) - clock_timestamp())
-                FROM artifacts
-                WHERE attachment_state IN ('pending', 'ingesting') AND ($1::text IS NULL OR tenant_id = $1)
-                  AND {_LIVE}""", tenant_id)
+        value = await self._db.fetchval(NEXT_DUE, tenant_id)
         return None if value is None else float(value)
 
     async def counts(self, tenant_id: str | None = None) -> dict[str, int]:
         """Live attachments by state (the queue depth is ``pending`` + ``ingesting``)."""
-        rows = await self._db.fetch(
-            f"""SELECT attachment_state AS state, count(*) AS n FROM artifacts
-                WHERE attachment_state IS NOT NULL AND ($1::text IS NULL OR tenant_id = $1) AND {_LIVE}
-                GROUP BY 1""", tenant_id)
+        rows = await self._db.fetch(COUNTS, tenant_id)
         return {r["state"]: int(r["n"]) for r in rows}
 
     async def overview(self, tenant_id: str) -> QueueOverview:
         """`QueueOverview` of one tenant's live attachments, in one statement."""
-        rows = await self._db.fetch(
-            f"""SELECT attachment_state AS state, refusal_reason AS reason, count(*) AS n,
-                       count(*) FILTER (WHERE attachment_state = 'ingesting'
-                                        AND lease_expires_at < clock_timestamp()) AS expired,
-                       extract(epoch FROM clock_timestamp() - min(created_at)
-                               FILTER (WHERE attachment_state = 'pending')) AS oldest
-                FROM artifacts
-                WHERE tenant_id = $1 AND attachment_state IS NOT NULL AND {_LIVE}
-                GROUP BY 1, 2""", tenant_id)
+        rows = await self._db.fetch(OVERVIEW, tenant_id)
         by_state: dict[str, int] = {}
         reasons: dict[str, dict[str, int]] = {}
         oldest = [float(r["oldest"]) for r in rows if r["oldest"] is not None]
@@ -520,12 +422,7 @@ class AttachmentQueue:
 
     async def status(self, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
         """One attachment's state, attempts, history and document; None if the artifact is gone."""
-        row = await self._db.fetchrow(
-            f"""SELECT tenant_id, artifact_id, conversation_id, file_name, media_type, trust, upload_seq,
-                       attachment_state, refusal_reason, attachment_attempts, attachment_history::text AS history,
-                       attachment_document_id, lease_owner, lease_expires_at, next_attempt_at,
-                       inspection::text AS inspection, attached_by, NOT {_LIVE} AS expired
-                FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2""", tenant_id, artifact_id)
+        row = await self._db.fetchrow(STATUS, tenant_id, artifact_id)
         if row is None:
             return None
         state = AttachmentState(row["attachment_state"]) if row["attachment_state"] else None

@@ -44,9 +44,26 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.parsers.base import ExtractorRegistry
-from knowledge.store.artifacts import REF_COLUMNS, ArtifactStore, Opened, ref_from_row
+from knowledge.store.artifacts import ArtifactStore, Opened, ref_from_row
 from knowledge.store.db import Connection, Database, is_transient
-from knowledge.store.documents import CHUNKS_SQL, INGEST_SQL, QUEUE_SET_SQL, chunk_columns, count_outcome, supersede
+from knowledge.store.documents import (
+    CHUNK_SET,
+    CHUNKS_SQL,
+    COMMITTED,
+    END_LIVE_SET,
+    INGEST_SQL,
+    INSERT_CHUNK_SET,
+    LIVE_DOCUMENT,
+    LIVE_VERSION,
+    NOW,
+    QUEUE_SET_SQL,
+    RECHUNKED_EVENT,
+    REVIVE_CHUNK_SET,
+    SET_CHUNKER_VERSION,
+    chunk_columns,
+    count_outcome,
+    supersede,
+)
 from knowledge.store.locks import lock_document
 from knowledge.store.retry import RETRY_DELAYS, retry_transient, unavailable
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
@@ -205,10 +222,7 @@ class Ingestor:
         that set live again (its chunks and citations are the same), its earlier live periods kept
         for ``as_of``."""
         tenant = principal.tenant_id
-        doc = await self.db.fetchrow(
-            """SELECT version, source_artifact_id, title, chunker_version, ingested_by_principal_id
-               FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""",
-            tenant, document_id)
+        doc = await self.db.fetchrow(LIVE_DOCUMENT, tenant, document_id)
         if doc is None:
             raise IngestRefused("document_not_found", f"no live document {document_id}")
         if doc["ingested_by_principal_id"] != principal.principal_id:
@@ -216,49 +230,27 @@ class Ingestor:
         _, prepared = await self._read_and_prepare(tenant, doc["source_artifact_id"], doc["title"], chunker=chunker)
         async with self.db.transaction() as tx:
             await lock_document(tx, tenant, document_id)
-            live = await tx.fetchval(
-                """SELECT version FROM knowledge_documents
-                   WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL""", tenant, document_id)
+            live = await tx.fetchval(LIVE_VERSION, tenant, document_id)
             if live != doc["version"]:
                 raise IngestRefused("document_changed", "a new version arrived meanwhile; re-chunk that one")
-            earlier = await tx.fetchrow(
-                """SELECT superseded_at, chunk_count FROM knowledge_chunk_sets WHERE tenant_id = $1
-                   AND document_id = $2 AND version = $3 AND chunker_version = $4""",
-                tenant, document_id, live, prepared.chunker_version)
+            earlier = await tx.fetchrow(CHUNK_SET, tenant, document_id, live, prepared.chunker_version)
             if earlier is not None and earlier["superseded_at"] is None:
                 raise IngestRefused("already_chunked", f"the live chunk set is {prepared.chunker_version} already")
-            now = await tx.fetchval("SELECT clock_timestamp()")
-            await tx.execute(
-                """UPDATE knowledge_chunk_sets SET superseded_at = $4
-                   WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND superseded_at IS NULL""",
-                tenant, document_id, live, now)
+            now = await tx.fetchval(NOW)
+            await tx.execute(END_LIVE_SET, tenant, document_id, live, now)
             if earlier is None:
-                await tx.execute(
-                    """INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version,
-                                                         chunk_count, created_at)
-                       VALUES ($1, $2, $3, $4, $5, $6)""", tenant, document_id, live, prepared.chunker_version,
-                    len(prepared.chunks), now)
+                await tx.execute(INSERT_CHUNK_SET, tenant, document_id, live, prepared.chunker_version,
+                                 len(prepared.chunks), now)
                 await tx.execute(CHUNKS_SQL, *chunk_columns(tenant, document_id, live, prepared))
             else:  # back to a set it had: the same chunks (same source, same chunker), live again
-                await tx.execute(
-                    """UPDATE knowledge_chunk_sets
-                       SET earlier_periods = earlier_periods || tstzrange(created_at, superseded_at),
-                           created_at = $5, superseded_at = NULL
-                       WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND chunker_version = $4""",
-                    tenant, document_id, live, prepared.chunker_version, now)
+                await tx.execute(REVIVE_CHUNK_SET, tenant, document_id, live, prepared.chunker_version, now)
             if self.embed_version is not None:  # (a set made live again: only its chunks without vectors)
                 await tx.execute(QUEUE_SET_SQL, tenant, document_id, live, prepared.chunker_version,
                                  self.embed_version, len(prepared.chunks))
-            await tx.execute(
-                """UPDATE knowledge_documents SET chunker_version = $4
-                   WHERE tenant_id = $1 AND document_id = $2 AND version = $3""",
-                tenant, document_id, live, prepared.chunker_version)
-            await tx.execute(
-                """INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
-                   VALUES ($1, 'knowledge.document.rechunked', $2, $3, $4, $5::jsonb)""",
-                tenant, document_id, live, principal.principal_id,
-                json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
-                            "chunk_count": len(prepared.chunks)}))
+            await tx.execute(SET_CHUNKER_VERSION, tenant, document_id, live, prepared.chunker_version)
+            await tx.execute(RECHUNKED_EVENT, tenant, document_id, live, principal.principal_id,
+                             json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
+                                         "chunk_count": len(prepared.chunks)}))
         self.wake_drain()
         return len(prepared.chunks)
 
@@ -331,12 +323,7 @@ class Ingestor:
         """The version an attempt wrote, if its COMMIT took effect: same id and version, written by
         the same principal from a source with the same SHA-256."""
         row = await self.db.fetchrow(
-            f"""SELECT d.ingested_at, d.chunker_version, {', '.join('a.' + c.strip() for c in REF_COLUMNS.split(','))}
-                FROM knowledge_documents d
-                JOIN artifacts a ON a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id
-                WHERE d.tenant_id = $1 AND d.document_id = $2 AND d.version = $3
-                  AND d.ingested_by_principal_id = $4 AND a.sha256 = $5""",
-            request.principal.tenant_id, document_id, version, request.principal.principal_id, source.sha256)
+            COMMITTED, request.principal.tenant_id, document_id, version, request.principal.principal_id, source.sha256)
         if row is None:
             return None
         return document_of(request, document_id, version, ref_from_row(row), source.media_type,

@@ -9,11 +9,11 @@ Shared by `scripts/stress_service.py` and the tests. Four parts:
    a document whose deletion was acknowledged before the search began, or of a version whose
    successor was acknowledged before it began, is a leak. Operations whose outcome the caller
    never learned (cancelled, or failed mid-way) count as possibly done.
-2. **Storage** (`audit_storage`, SQL): every live document version has its chunk set with all its
-   chunks, an index row per chunk, its postings, its live ``KNOWLEDGE_SOURCE`` artifact and its
-   ingest event; no posting, source artifact or chunk belongs to nothing; tenant term statistics
-   equal a fresh recount; no document the model knows as refused or deleted exists; every
-   acknowledged ingest that was not deleted is there.
+2. **Storage** (`audit_storage`, its queries in `knowledge.store.audit`): every live document
+   version has its chunk set with all its chunks, an index row per chunk, its postings, its live
+   ``KNOWLEDGE_SOURCE`` artifact and its ingest event; no posting, source artifact or chunk belongs
+   to nothing; tenant term statistics equal a fresh recount; no document the model knows as refused
+   or deleted exists; every acknowledged ingest that was not deleted is there.
 3. **Attachments** (`audit_attachments`): no attachment left pending or ingesting once the queue
    drained, none ingested twice, none lost.
 4. **Leftovers** (`leftover_processes`, `leftover_connections`, `leftover_tasks` against a
@@ -32,7 +32,17 @@ import psutil
 import sniffio
 
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity, Visibility
+from knowledge.store.audit import (
+    ATTACHMENTS_SEEN,
+    DOCUMENT_VERSIONS,
+    ORPHAN_SETS,
+    ORPHAN_SOURCES,
+    PARTIAL,
+    POSTINGS,
+    UNEMBEDDED,
+)
 from knowledge.store.db import Connection, Database
+from knowledge.store.server import SESSIONS_OF
 
 # --- 1. Leaks ------------------------------------------------------------------------------------------------
 
@@ -140,74 +150,6 @@ class StorageAudit:
         return not (self.partial or self.orphans or self.statistics or self.model)
 
 
-_PARTIAL = """
-SELECT d.tenant_id, d.document_id, d.version,
-       s.chunk_count,
-       (SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = d.tenant_id AND c.document_id = d.document_id
-          AND c.version = d.version AND c.chunker_version = d.chunker_version) AS chunks,
-       (SELECT count(*) FROM knowledge_chunk_index i JOIN knowledge_chunks c
-          ON c.tenant_id = i.tenant_id AND c.chunk_id = i.chunk_id
-        WHERE c.tenant_id = d.tenant_id AND c.document_id = d.document_id AND c.version = d.version
-          AND c.chunker_version = d.chunker_version) AS index_rows,
-       (SELECT a.origin = 'KNOWLEDGE_SOURCE' AND a.expires_at IS NULL FROM artifacts a
-        WHERE a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id) AS source_ok,
-       EXISTS (SELECT 1 FROM knowledge_events e WHERE e.tenant_id = d.tenant_id AND e.document_id = d.document_id
-               AND e.version = d.version AND e.event_type = 'knowledge.document.ingested') AS event_ok
-FROM knowledge_documents d
-LEFT JOIN knowledge_chunk_sets s ON s.tenant_id = d.tenant_id AND s.document_id = d.document_id
-     AND s.version = d.version AND s.chunker_version = d.chunker_version
-WHERE d.valid_to IS NULL AND ($1::text[] IS NULL OR d.tenant_id = ANY($1))
-"""
-
-# Postings must be exactly the lexemes of the index rows: counted both ways per tenant.
-_POSTINGS = """
-SELECT t.tenant_id,
-       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id) AS postings,
-       (SELECT coalesce(sum(length(i.tsv)), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id)
-           AS lexemes,
-       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id AND NOT EXISTS (
-            SELECT 1 FROM knowledge_chunk_index i WHERE i.tenant_id = p.tenant_id AND i.chunk_id = p.chunk_id))
-           AS orphan_postings,
-       (SELECT coalesce(sum(chunks), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_chunks,
-       (SELECT coalesce(sum(total_dl), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_dl,
-       (SELECT count(*) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS chunks,
-       (SELECT coalesce(sum(dl), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS dl
-FROM (SELECT DISTINCT tenant_id FROM knowledge_postings UNION SELECT DISTINCT tenant_id FROM knowledge_chunk_index
-      UNION SELECT DISTINCT tenant_id FROM knowledge_tenant_stats) t
-WHERE $1::text[] IS NULL OR t.tenant_id = ANY($1)
-"""
-
-_ORPHAN_SOURCES = """
-SELECT a.tenant_id, a.artifact_id FROM artifacts a
-WHERE a.origin = 'KNOWLEDGE_SOURCE' AND a.expires_at IS NULL AND ($1::text[] IS NULL OR a.tenant_id = ANY($1))
-  AND NOT EXISTS (SELECT 1 FROM knowledge_documents d
-                  WHERE d.tenant_id = a.tenant_id AND d.source_artifact_id = a.artifact_id)
-"""
-
-_ORPHAN_SETS = """
-SELECT s.tenant_id, s.document_id, s.version, s.chunker_version, s.chunk_count,
-       (SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = s.tenant_id AND c.document_id = s.document_id
-          AND c.version = s.version AND c.chunker_version = s.chunker_version) AS chunks
-FROM knowledge_chunk_sets s WHERE $1::text[] IS NULL OR s.tenant_id = ANY($1)
-"""
-
-
-# With the semantic arm on: chunks of live chunk sets with no vector under the arm's model version
-# whose set is not queued for it (``$3``: or queued at all — once the queue has drained).
-_UNEMBEDDED = """
-SELECT c.tenant_id, c.document_id, c.version, count(*) AS chunks FROM knowledge_chunks c
-JOIN knowledge_chunk_sets s ON s.tenant_id = c.tenant_id AND s.document_id = c.document_id AND s.version = c.version
-     AND s.chunker_version = c.chunker_version AND s.superseded_at IS NULL
-WHERE ($1::text[] IS NULL OR c.tenant_id = ANY($1))
-  AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
-                  WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $2)
-  AND ($3 OR NOT EXISTS (SELECT 1 FROM knowledge_embedding_queue q
-                         WHERE q.tenant_id = s.tenant_id AND q.document_id = s.document_id AND q.version = s.version
-                           AND q.chunker_version = s.chunker_version AND q.model_version = $2))
-GROUP BY c.tenant_id, c.document_id, c.version
-"""
-
-
 async def audit_storage(conn: Connection | Database, model: AccessModel | None = None,
                         tenants: list[str] | None = None, semantic_version: str | None = None,
                         drained: bool = False) -> StorageAudit:
@@ -217,11 +159,11 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
     or its set is queued for them; with ``drained`` (the queue has been drained), it has them."""
     audit = StorageAudit()
     if semantic_version is not None:
-        for r in await conn.fetch(_UNEMBEDDED, tenants, semantic_version, drained):
+        for r in await conn.fetch(UNEMBEDDED, tenants, semantic_version, drained):
             audit.partial.append(f"{r['tenant_id']}/{r['document_id']} v{r['version']}: {r['chunks']} chunks "
                                  f"without {semantic_version} vectors (in the lexical arm only"
                                  f"{', after the queue drained' if drained else ', and not queued'})")
-    for r in await conn.fetch(_PARTIAL, tenants):
+    for r in await conn.fetch(PARTIAL, tenants):
         audit.live_documents += 1
         name = f"{r['tenant_id']}/{r['document_id']} v{r['version']}"
         missing = [what for what, bad in (
@@ -233,13 +175,13 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
             ("its ingest event", not r["event_ok"])) if bad]
         if missing:
             audit.partial.append(f"{name} lacks {', '.join(missing)}")
-    for r in await conn.fetch(_ORPHAN_SETS, tenants):
+    for r in await conn.fetch(ORPHAN_SETS, tenants):
         if r["chunks"] != r["chunk_count"]:
             audit.partial.append(f"chunk set {r['tenant_id']}/{r['document_id']} v{r['version']} "
                                  f"{r['chunker_version']}: {r['chunks']} of {r['chunk_count']} chunks")
-    for r in await conn.fetch(_ORPHAN_SOURCES, tenants):
+    for r in await conn.fetch(ORPHAN_SOURCES, tenants):
         audit.orphans.append(f"source artifact {r['tenant_id']}/{r['artifact_id']} of no document")
-    for r in await conn.fetch(_POSTINGS, tenants):
+    for r in await conn.fetch(POSTINGS, tenants):
         t = r["tenant_id"]
         if r["orphan_postings"]:
             audit.orphans.append(f"{r['orphan_postings']} postings of {t} belong to no index row")
@@ -255,8 +197,7 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
 
 async def _audit_model(conn: Connection | Database, model: AccessModel, audit: StorageAudit) -> None:
     ids = list(model.documents)
-    rows = await conn.fetch(
-        "SELECT tenant_id, document_id, version FROM knowledge_documents WHERE document_id = ANY($1::uuid[])", ids)
+    rows = await conn.fetch(DOCUMENT_VERSIONS, ids)
     stored: dict[uuid.UUID, set[int]] = {}
     for r in rows:
         stored.setdefault(r["document_id"], set()).add(int(r["version"]))
@@ -292,9 +233,7 @@ class AttachmentAudit:
 async def audit_attachments(conn: Connection | Database, marked: dict[uuid.UUID, str]) -> AttachmentAudit:
     """``marked``: artifact id -> tenant of every attachment the run saw marked pending."""
     audit = AttachmentAudit(marked=len(marked))
-    rows = await conn.fetch(
-        """SELECT tenant_id, artifact_id, attachment_state AS state, attachment_history::text AS history
-           FROM artifacts WHERE artifact_id = ANY($1::uuid[])""", list(marked))
+    rows = await conn.fetch(ATTACHMENTS_SEEN, list(marked))
     seen = {r["artifact_id"]: r for r in rows}
     for artifact_id, tenant in marked.items():
         r = seen.get(artifact_id)
@@ -325,9 +264,7 @@ def leftover_processes() -> list[str]:
 
 async def leftover_connections(conn: Connection, application_name: str) -> int:
     """Database sessions of ``application_name`` other than ``conn``'s own."""
-    return int(await conn.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()",
-        application_name))
+    return int(await conn.fetchval(SESSIONS_OF, application_name))
 
 
 def running_tasks() -> set[Any]:

@@ -1,10 +1,11 @@
 """The semantic arm: nearest windows by cosine distance, inside the same isolation predicates.
 
-One statement per search, in a transaction that sets pgvector's scan options locally:
+One statement per search (`knowledge.store.vectors.nearest_sql`), in a transaction that sets
+pgvector's scan options locally:
 
 1. the query's vector (from the embedder child) against the tenant's windows of this model
-   version, joined to their chunk and document version under `knowledge.retrieval.search.ADMIT` (tenant,
-   visibility, project, sensitivity, live version or ``as_of``) and `knowledge.retrieval.search.LIVE_SET`
+   version, joined to their chunk and document version under `knowledge.store.retrieval.ADMIT` (tenant,
+   visibility, project, sensitivity, live version or ``as_of``) and `knowledge.store.retrieval.LIVE_SET`
    (the chunk set live then) — the very predicates of the lexical arm, in the SQL that fetches
    candidates, never applied after ranking;
 2. ordered by distance over the model version's partial HNSW index with **iterative index scans**
@@ -41,8 +42,8 @@ from knowledge.core.ranking import Candidate
 from knowledge.errors import ArmUnavailable, EmbedderUnavailable
 from knowledge.models import KnowledgeQuery
 from knowledge.store.db import Database
-from knowledge.store.retrieval import ADMIT, LIVE_SET, candidate_from_row
-from knowledge.store.vectors import model_literal
+from knowledge.store.retrieval import candidate_from_row
+from knowledge.store.vectors import WINDOW_COUNT, cosines_sql, nearest_sql, scan_options_sql
 from knowledge.supervisors.embedder import Embedder
 
 #: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.
@@ -57,55 +58,13 @@ MAX_SCAN_TUPLES = 40_000
 QUERY_WAIT_SECONDS = 5.0
 
 
-def _sql(version: str, dim: int, exact: bool) -> str:
-    distance = f"e.embedding::vector({dim}) <=> $2::vector({dim})"
-    # An expression the index cannot serve: the exact pass, through the (tenant, model) btree.
-    order = f"({distance}) + 0" if exact else distance
-    return f"""
-WITH nearest AS MATERIALIZED (
-    SELECT e.chunk_id, {distance} AS distance
-    FROM knowledge_embeddings e
-    JOIN knowledge_chunks c ON c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id
-    JOIN knowledge_documents d ON d.tenant_id = c.tenant_id AND d.document_id = c.document_id AND d.version = c.version
-    WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)}
-      AND {ADMIT} AND {LIVE_SET}
-    ORDER BY {order}
-    LIMIT $3
-), best AS (
-    SELECT chunk_id, min(distance) AS distance FROM nearest GROUP BY chunk_id
-    ORDER BY min(distance), chunk_id LIMIT $4
-)
-SELECT b.chunk_id, 1 - b.distance AS cosine, c.document_id, c.version, c.heading_path, c.text, c.tokens,
-       c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
-FROM best b
-JOIN knowledge_chunks c ON c.tenant_id = $1 AND c.chunk_id = b.chunk_id
-JOIN knowledge_documents d ON d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
-ORDER BY b.distance, b.chunk_id
-"""
-
-
-_SCAN_OPTIONS = f"""
-SELECT set_config('hnsw.ef_search', '{EF_SEARCH}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true),
-       set_config('hnsw.max_scan_tuples', '{MAX_SCAN_TUPLES}', true)
-"""
-
-def _cosine_sql(version: str, dim: int) -> str:
-    return f"""
-SELECT e.chunk_id, max(1 - (e.embedding::vector({dim}) <=> $2::vector({dim}))) AS cosine
-FROM knowledge_embeddings e
-WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)} AND e.chunk_id = ANY($3::text[])
-GROUP BY e.chunk_id
-"""
+#: pgvector's scan options, set in the transaction of a search over the HNSW index.
+SCAN_OPTIONS = scan_options_sql(EF_SEARCH, MAX_SCAN_TUPLES)
 
 
 #: Query vectors kept (by query text): the relevance model asks for the cosines of a search's
 #: candidates right after the arm embedded its query.
 VECTOR_CACHE = 256
-
-_COUNT_SQL = """
-SELECT count(*) FROM (SELECT 1 FROM knowledge_embeddings
-                      WHERE tenant_id = $1 AND model_version = $2 LIMIT $3) AS s
-"""
 
 
 @dataclass
@@ -122,9 +81,9 @@ class SemanticArm:
     _vectors: OrderedDict[str, str] = field(default_factory=OrderedDict, repr=False)
 
     def __post_init__(self) -> None:
-        self._ann = _sql(self.version, self.dim, exact=False)
-        self._exact = _sql(self.version, self.dim, exact=True)
-        self._cosines = _cosine_sql(self.version, self.dim)
+        self._ann = nearest_sql(self.version, self.dim, exact=False)
+        self._exact = nearest_sql(self.version, self.dim, exact=True)
+        self._cosines = cosines_sql(self.version, self.dim)
 
     async def _query_vector(self, text: str, *, cached: bool) -> str:
         """The query's vector, or `ArmUnavailable` at once while no child serves (starting,
@@ -154,11 +113,11 @@ class SemanticArm:
         args = (query.tenant_id, vector, limit * WINDOWS_PER_CHUNK, limit, query.principal_id, query.current_scope,
                 query.sensitivity_ceiling.admitted(), query.as_of)
         async with db.transaction() as tx:
-            windows = await tx.fetchval(_COUNT_SQL, query.tenant_id, self.version, self.exact_max_windows + 1)
+            windows = await tx.fetchval(WINDOW_COUNT, query.tenant_id, self.version, self.exact_max_windows + 1)
             if windows <= self.exact_max_windows:
                 rows = await tx.fetch(self._exact, *args)
             else:
-                await tx.execute(_SCAN_OPTIONS)
+                await tx.execute(SCAN_OPTIONS)
                 rows = await tx.fetch(self._ann, *args)
         floor = self.cosine_floor
         return [candidate_from_row(r, rank_no, self.name, (float(r["cosine"]) - floor) / (1 - floor))

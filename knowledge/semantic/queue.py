@@ -33,7 +33,17 @@ from pydantic import BaseModel
 
 from knowledge.errors import EmbedderUnavailable
 from knowledge.store.db import Database
-from knowledge.store.vectors import QUEUE_INSERT, insert_missing
+from knowledge.store.embedding_queue import (
+    BACKLOG,
+    CLAIM,
+    DONE,
+    ENQUEUE_MISSING,
+    PENDING,
+    RELEASE,
+    RENEW,
+    UNEMBEDDED_OF_SET,
+)
+from knowledge.store.vectors import insert_missing
 from knowledge.supervisors.embedder import BATCH_PASSAGES, Embedder
 
 _log = logging.getLogger(__name__)
@@ -85,83 +95,18 @@ class QueueRow:
     chunker_version: str
 
 
-# --- SQL -----------------------------------------------------------------------------------------
-
-#: The columns a queued row needs of its chunk set; ``$n`` placeholders as the caller wants them.
-
-_CLAIM = """
-UPDATE knowledge_embedding_queue q
-SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = q.attempts + 1
-FROM (SELECT tenant_id, seq FROM knowledge_embedding_queue
-      WHERE model_version = $1 AND (leased_until IS NULL OR leased_until < clock_timestamp()) AND attempts < $4
-      ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) picked
-WHERE q.tenant_id = picked.tenant_id AND q.seq = picked.seq
-RETURNING q.tenant_id, q.seq, q.document_id, q.version, q.chunker_version
-"""
-
-_UNEMBEDDED_OF_SET = """
-SELECT c.chunk_id, c.heading_path, c.text, c.tokens FROM knowledge_chunks c
-WHERE c.tenant_id = $1 AND c.document_id = $2 AND c.version = $3 AND c.chunker_version = $4
-  AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
-                  WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $5)
-ORDER BY c.ordinal
-"""
-
-_RENEW = """
-UPDATE knowledge_embedding_queue SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = 0
-WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
-"""
-# A release after a failure keeps the attempt; one because the service closes gives it back.
-_RELEASE = """
-UPDATE knowledge_embedding_queue SET leased_until = NULL, attempts = greatest(attempts - $3::int, 0)
-WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
-"""
-_DONE = "DELETE FROM knowledge_embedding_queue WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])"
-
-_ENQUEUE_MISSING = QUEUE_INSERT + """
-SELECT s.tenant_id, s.document_id, s.version, s.chunker_version, $1, s.chunk_count
-FROM knowledge_chunk_sets s
-WHERE ($2::text IS NULL OR s.tenant_id = $2)
-  AND EXISTS (SELECT 1 FROM knowledge_chunks c
-              WHERE c.tenant_id = s.tenant_id AND c.document_id = s.document_id AND c.version = s.version
-                AND c.chunker_version = s.chunker_version
-                AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
-                                WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id
-                                  AND e.model_version = $1))
-ORDER BY s.created_at
-ON CONFLICT (tenant_id, document_id, version, chunker_version, model_version) DO UPDATE SET attempts = 0
-RETURNING chunk_count
-"""
-
-_BACKLOG = """
-SELECT count(*) AS sets, count(*) FILTER (WHERE q.attempts >= $2) AS stuck,
-       coalesce(extract(epoch FROM clock_timestamp() - min(q.queued_at)), 0)::float8 AS oldest,
-       (SELECT count(*) FROM knowledge_embedding_queue q2
-        JOIN knowledge_chunks c ON c.tenant_id = q2.tenant_id AND c.document_id = q2.document_id
-             AND c.version = q2.version AND c.chunker_version = q2.chunker_version
-        WHERE q2.model_version = $1 AND ($3::text IS NULL OR q2.tenant_id = $3)
-          AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
-                          WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $1)
-       ) AS chunks
-FROM knowledge_embedding_queue q WHERE q.model_version = $1 AND ($3::text IS NULL OR q.tenant_id = $3)
-"""
-
-
 async def enqueue_missing(db: Database, version: str, tenant: str | None = None) -> int:
     """Queue every chunk set (of ``tenant``, or all; live, superseded and re-chunked alike, so
     ``as_of`` works under the version) that has a chunk without a vector under ``version``; returns
     the number of chunks in those sets. Sets already queued stay where they are in the queue, and
     any left for an operator (`MAX_ATTEMPTS`) are tried again."""
-    rows = await db.fetch(_ENQUEUE_MISSING, version, tenant)
+    rows = await db.fetch(ENQUEUE_MISSING, version, tenant)
     return sum(int(r["chunk_count"]) for r in rows)
 
 
 async def pending(db: Database, version: str, tenant: str, document_id: uuid.UUID | None = None) -> int:
     """Chunk sets of ``tenant`` (of one document, if given) queued under ``version``."""
-    return int(await db.fetchval(
-        """SELECT count(*) FROM knowledge_embedding_queue
-           WHERE tenant_id = $1 AND model_version = $2 AND ($3::uuid IS NULL OR document_id = $3)""",
-        tenant, version, document_id))
+    return int(await db.fetchval(PENDING, tenant, version, document_id))
 
 
 # --- the drain -----------------------------------------------------------------------------------
@@ -247,7 +192,7 @@ class EmbeddingDrain:
         self._progress = anyio.Event()
 
     async def _claim(self) -> list[QueueRow]:
-        found = await self.db.fetch(_CLAIM, self.version, self.claim_rows, self.lease_seconds, MAX_ATTEMPTS)
+        found = await self.db.fetch(CLAIM, self.version, self.claim_rows, self.lease_seconds, MAX_ATTEMPTS)
         return sorted((QueueRow(r["tenant_id"], int(r["seq"]), r["document_id"], int(r["version"]),
                                 r["chunker_version"]) for r in found), key=lambda r: r.seq)
 
@@ -257,7 +202,7 @@ class EmbeddingDrain:
         work: list[tuple[str, str, tuple[str, ...], str]] = []
         sizes: list[int] = []
         for row in rows:
-            found = await self.db.fetch(_UNEMBEDDED_OF_SET, row.tenant_id, row.document_id, row.version,
+            found = await self.db.fetch(UNEMBEDDED_OF_SET, row.tenant_id, row.document_id, row.version,
                                         row.chunker_version, self.version)
             work.extend((row.tenant_id, r["chunk_id"], tuple(r["heading_path"]), r["text"]) for r in found)
             sizes.extend(estimated_windows(int(r["tokens"])) for r in found)
@@ -274,14 +219,14 @@ class EmbeddingDrain:
                 self.in_flight = 0
             self._done.append((time.monotonic(), sum(len(v) for v in vectors)))
             self.embedded_chunks += len(batch)
-            await self.db.execute(_RENEW, *_keys(rows), self.lease_seconds)
+            await self.db.execute(RENEW, *_keys(rows), self.lease_seconds)
             self._signal()
-        await self.db.execute(_DONE, *_keys(rows))
+        await self.db.execute(DONE, *_keys(rows))
         self._signal()
 
     async def _release(self, rows: list[QueueRow], *, failed: bool) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
-            await self.db.execute(_RELEASE, *_keys(rows), 0 if failed else 1)
+            await self.db.execute(RELEASE, *_keys(rows), 0 if failed else 1)
 
 
 def estimated_windows(tokens: int) -> int:
@@ -313,7 +258,7 @@ async def queue_backlog(db: Database, version: str, tenant: str | None = None, r
     """What waits for vectors under model ``version`` (of one tenant, or all): a query of the
     queue, which any process may run (no drain, no model); ``rate``: the windows per second of
     the drain asking, if one does."""
-    row = await db.fetchrow(_BACKLOG, version, MAX_ATTEMPTS, tenant)
+    row = await db.fetchrow(BACKLOG, version, MAX_ATTEMPTS, tenant)
     assert row is not None
     return Backlog(model_version=version, chunk_sets=int(row["sets"]), chunks=int(row["chunks"]),
                    stuck_sets=int(row["stuck"]), oldest_wait_seconds=round(float(row["oldest"]), 3),

@@ -32,8 +32,15 @@ Opened = tuple[ArtifactRef, AsyncIterator[bytes]]
 REF_COLUMNS = (
     "tenant_id, artifact_id, origin, trust, sha256, size_bytes, media_type, file_name, created_at, expires_at"
 )
+
+
+def ref_columns(alias: str) -> str:
+    """`REF_COLUMNS` qualified by a table alias (``a.tenant_id, a.artifact_id, …``)."""
+    return ", ".join(f"{alias}.{c.strip()}" for c in REF_COLUMNS.split(","))
+
+
 # An artifact past its expiry is gone to readers even before the sweeper reaches it.
-_LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
+LIVE = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 
 
 def ref_from_row(row: Record) -> ArtifactRef:
@@ -156,7 +163,7 @@ class ArtifactStore:
     async def get_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
         """The ref of a live artifact; `ArtifactNotFound` if absent, expired or swept."""
         row = await self._db.fetchrow(
-            f"SELECT {REF_COLUMNS} FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}",
+            f"SELECT {REF_COLUMNS} FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {LIVE}",
             tenant_id, artifact_id,
         )
         if row is None:
@@ -168,7 +175,7 @@ class ArtifactStore:
         ref in one query (most sources fit in one slice). `ArtifactNotFound` if absent."""
         row = await self._db.fetchrow(
             f"""SELECT {REF_COLUMNS}, substring(content FROM 1 FOR $3) AS head
-                FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}""",
+                FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2 AND {LIVE}""",
             tenant_id, artifact_id, READ_CHUNK_BYTES,
         )
         if row is None:
@@ -181,7 +188,7 @@ class ArtifactStore:
         absent or expired one is missing from the result)."""
         rows = await self._db.fetch(
             f"""SELECT {REF_COLUMNS}, substring(content FROM 1 FOR $3) AS head
-                FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[]) AND {_LIVE}""",
+                FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[]) AND {LIVE}""",
             tenant_id, list(artifact_ids), READ_CHUNK_BYTES,
         )
         opened: dict[UUID, Opened] = {}
@@ -205,7 +212,7 @@ class ArtifactStore:
         while offset < ref.size_bytes:
             part = await self._db.fetchval(
                 f"""SELECT substring(content FROM $3 FOR $4) FROM artifacts
-                    WHERE tenant_id = $1 AND artifact_id = $2 AND {_LIVE}""",
+                    WHERE tenant_id = $1 AND artifact_id = $2 AND {LIVE}""",
                 ref.tenant_id, ref.artifact_id, offset + 1, chunk_bytes,
             )
             if part is None:

@@ -276,6 +276,21 @@ async def document_versions(db: Database, tenant_id: str, document_id: UUID) -> 
     ]
 
 
+# --- raw reads for the demo and the stress tools (whatever the visibility) ---
+
+# The chunk ids of a document version (every chunk set): $1 tenant, $2 document, $3 version.
+VERSION_CHUNK_IDS = "SELECT chunk_id FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2 AND version = $3"
+
+# The token counts of documents' chunks (every version and chunk set): $1 tenant, $2 document ids.
+CHUNK_TOKENS = "SELECT tokens FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = ANY($2::uuid[])"
+
+# A tenant's live document ids: $1 tenant.
+LIVE_DOCUMENT_IDS = "SELECT DISTINCT document_id FROM knowledge_documents WHERE tenant_id = $1 AND valid_to IS NULL"
+
+# A tenant's document rows (every version): $1 tenant.
+DOCUMENT_ROWS = "SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1"
+
+
 _CHUNK_SQL = """
 SELECT c.chunk_id, c.document_id, c.version, c.ordinal, c.heading_path, c.text, c.tokens,
        c.contains_instruction_like_text, c.content_sha256

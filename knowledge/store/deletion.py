@@ -27,6 +27,11 @@ from knowledge.store.retry import retry_transient
 
 DELETED_EVENT = "knowledge.document.deleted"
 
+# Test tooling only (the stress tools' clean-up): drop a tenant's document rows outright, their
+# chunk sets, chunks and index rows with them through the foreign keys — no tombstones, no events,
+# postings and statistics untouched: $1 tenant.
+DROP_TENANT_DOCUMENTS = "DELETE FROM knowledge_documents WHERE tenant_id = $1"
+
 
 _POSTINGS = """
 WITH gone AS (

@@ -1,6 +1,7 @@
 """The writes of an ingest and of a re-chunk, in named statements: the document, its chunk set, the
 chunks, their index rows and BM25 postings, the tenant's counters, the embedding queue row and the
-outcome counters (`knowledge.ingest` and `knowledge.ingest.bulk` run them)."""
+outcome counters; and the reads around them: a re-chunk's live version and chunk sets, and whether an
+ingest attempt's COMMIT took effect (`knowledge.ingest` and `knowledge.ingest.bulk` run them)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,26 @@ from knowledge.core.chunking import chunk_id
 from knowledge.core.prepare import PreparedDocument
 from knowledge.errors import IngestRefused
 from knowledge.models import Principal
-from knowledge.store.artifacts import REF_COLUMNS
+from knowledge.store.artifacts import REF_COLUMNS, ref_columns
 from knowledge.store.db import Connection
+from knowledge.store.embedding_queue import QUEUE_INSERT
 from knowledge.store.locks import lock_document
-from knowledge.store.vectors import QUEUE_INSERT
 
 #: The text search configuration of the index rows and of queries.
 TS_CONFIG = "english"
 
-OUTCOME_UPSERT = """
+
+def outcome_upsert(rows: str) -> str:
+    """Count one ingest outcome per row of ``rows`` (VALUES or a SELECT of tenant, day, outcome,
+    reason, 1) in the tenant's outcome counters."""
+    return f"""
 INSERT INTO knowledge_ingest_outcomes (tenant_id, day, outcome, reason, count)
-VALUES ($1, current_date, $2, $3, 1)
+{rows}
 ON CONFLICT (tenant_id, day, outcome, reason) DO UPDATE SET count = knowledge_ingest_outcomes.count + 1"""
+
+
+# Count an ingest outcome: $1 tenant, $2 outcome, $3 reason.
+OUTCOME_UPSERT = outcome_upsert("VALUES ($1, current_date, $2, $3, 1)")
 
 
 async def supersede(tx: Connection, tenant: str, document_id: uuid.UUID, principal: Principal) -> int:
@@ -117,6 +126,63 @@ CHUNKS_SQL = "WITH " + _chunk_writes("$2", "$3", "$4", 5) + "\nSELECT count(*) F
 # $5 model version, $6 chunk count.
 QUEUE_SET_SQL = QUEUE_INSERT + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"
 
+
+# --- re-chunking (`Ingestor.rechunk`) ---
+
+# The live version of a document, as re-chunking reads it: $1 tenant, $2 document.
+LIVE_DOCUMENT = """
+SELECT version, source_artifact_id, title, chunker_version, ingested_by_principal_id
+FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL
+"""
+
+# The live version's number (re-checked under the document's lock): $1 tenant, $2 document.
+LIVE_VERSION = """
+SELECT version FROM knowledge_documents
+WHERE tenant_id = $1 AND document_id = $2 AND valid_to IS NULL
+"""
+
+# A chunk set of a document version, if it exists: $1 tenant, $2 document, $3 version, $4 chunker version.
+CHUNK_SET = """
+SELECT superseded_at, chunk_count FROM knowledge_chunk_sets WHERE tenant_id = $1
+  AND document_id = $2 AND version = $3 AND chunker_version = $4
+"""
+
+# The transaction's clock, for the chunk sets' periods. No parameters.
+NOW = "SELECT clock_timestamp()"
+
+# End the live chunk set of a document version: $1 tenant, $2 document, $3 version, $4 when.
+END_LIVE_SET = """
+UPDATE knowledge_chunk_sets SET superseded_at = $4
+WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND superseded_at IS NULL
+"""
+
+# A new chunk set: $1 tenant, $2 document, $3 version, $4 chunker version, $5 chunk count, $6 created at.
+INSERT_CHUNK_SET = """
+INSERT INTO knowledge_chunk_sets (tenant_id, document_id, version, chunker_version, chunk_count, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+"""
+
+# Make an earlier chunk set live again (its live period kept for as_of): $1 tenant, $2 document,
+# $3 version, $4 chunker version, $5 live from.
+REVIVE_CHUNK_SET = """
+UPDATE knowledge_chunk_sets
+SET earlier_periods = earlier_periods || tstzrange(created_at, superseded_at),
+    created_at = $5, superseded_at = NULL
+WHERE tenant_id = $1 AND document_id = $2 AND version = $3 AND chunker_version = $4
+"""
+
+# The document version's live chunker version: $1 tenant, $2 document, $3 version, $4 chunker version.
+SET_CHUNKER_VERSION = """
+UPDATE knowledge_documents SET chunker_version = $4
+WHERE tenant_id = $1 AND document_id = $2 AND version = $3
+"""
+
+# The re-chunk's event: $1 tenant, $2 document, $3 version, $4 principal, $5 payload (JSON).
+RECHUNKED_EVENT = """
+INSERT INTO knowledge_events (tenant_id, event_type, document_id, version, principal_id, payload)
+VALUES ($1, 'knowledge.document.rechunked', $2, $3, $4, $5::jsonb)
+"""
+
 # The whole ingest in one statement (every write or none; one round trip): the source copy, made
 # inside the server and never re-sent; the document; its chunk set; the event; the outcome counter;
 # then the chunk set's rows — only if the document row was written. The foreign keys from chunks
@@ -154,10 +220,20 @@ WITH src AS (
 """ + QUEUE_INSERT + """
     SELECT tenant_id, document_id, version, chunker_version, $25, $15 FROM doc WHERE $25::text IS NOT NULL
 ), outcome AS (
-""" + OUTCOME_UPSERT.replace("VALUES ($1, current_date, $2, $3, 1)",
-                              "SELECT tenant_id, current_date, 'accepted', '', 1 FROM doc") + """
+""" + outcome_upsert("SELECT tenant_id, current_date, 'accepted', '', 1 FROM doc") + """
 ), """ + _chunk_writes("$5", "$6", "$13", 18, gate="WHERE EXISTS (SELECT 1 FROM doc)") + """
 SELECT src.*, doc.ingested_at FROM src LEFT JOIN doc ON true
+"""
+
+
+# The version an ingest attempt wrote, if its COMMIT took effect, with its source artifact's ref:
+# $1 tenant, $2 document, $3 version, $4 principal, $5 the source's SHA-256.
+COMMITTED = f"""
+SELECT d.ingested_at, d.chunker_version, {ref_columns('a')}
+FROM knowledge_documents d
+JOIN artifacts a ON a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id
+WHERE d.tenant_id = $1 AND d.document_id = $2 AND d.version = $3
+  AND d.ingested_by_principal_id = $4 AND a.sha256 = $5
 """
 
 

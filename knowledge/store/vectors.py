@@ -5,6 +5,10 @@
   the planner can match the partial index; `model_literal` admits only a strict vocabulary).
 - `insert_missing`: the embedding drain's write (`knowledge.semantic.queue`): window vectors of
   chunks that still exist, each written once.
+- The semantic arm's reads (`knowledge.semantic.arm`): `nearest_sql` (the nearest windows under the
+  isolation predicates, by the HNSW index or an exact pass), `scan_options_sql` (pgvector's scan
+  options, set for the transaction), `cosines_sql` (the best window's cosine of given chunks) and
+  `WINDOW_COUNT` (a tenant's windows of a version, up to a limit).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Sequence
 
 from knowledge.errors import ConfigurationError
 from knowledge.store.db import Database
+from knowledge.store.retrieval import ADMIT, LIVE_SET
 
 _VERSION = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
@@ -90,7 +95,64 @@ async def insert_missing(db: Database, tenant: str, version: str, chunk_ids: Seq
             return
 
 
-# A chunk set queued for embedding (migration 0009): the ingest's and re-chunk's statements end with it.
-QUEUE_INSERT = """
-INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version, chunk_count)
+
+# --- the semantic arm's reads -------------------------------------------------------------------
+
+
+def nearest_sql(version: str, dim: int, exact: bool) -> str:
+    """The nearest windows of model ``version`` (vectors of ``dim``) under `ADMIT` and `LIVE_SET`,
+    folded into chunks by their best window. ``exact``: order by an expression the index cannot
+    serve, so the tenant's rows are read through the (tenant, model) btree and sorted exactly.
+    $1 tenant, $2 query vector, $3 windows fetched, $4 chunks returned, $5 principal, $6 current
+    scope, $7 admitted sensitivities, $8 as_of (NULL: live)."""
+    distance = f"e.embedding::vector({dim}) <=> $2::vector({dim})"
+    # An expression the index cannot serve: the exact pass, through the (tenant, model) btree.
+    order = f"({distance}) + 0" if exact else distance
+    return f"""
+WITH nearest AS MATERIALIZED (
+    SELECT e.chunk_id, {distance} AS distance
+    FROM knowledge_embeddings e
+    JOIN knowledge_chunks c ON c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id
+    JOIN knowledge_documents d ON d.tenant_id = c.tenant_id AND d.document_id = c.document_id AND d.version = c.version
+    WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)}
+      AND {ADMIT} AND {LIVE_SET}
+    ORDER BY {order}
+    LIMIT $3
+), best AS (
+    SELECT chunk_id, min(distance) AS distance FROM nearest GROUP BY chunk_id
+    ORDER BY min(distance), chunk_id LIMIT $4
+)
+SELECT b.chunk_id, 1 - b.distance AS cosine, c.document_id, c.version, c.heading_path, c.text, c.tokens,
+       c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
+FROM best b
+JOIN knowledge_chunks c ON c.tenant_id = $1 AND c.chunk_id = b.chunk_id
+JOIN knowledge_documents d ON d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
+ORDER BY b.distance, b.chunk_id
+"""
+
+
+def scan_options_sql(ef_search: int, max_scan_tuples: int) -> str:
+    """pgvector's HNSW scan options for the rest of the transaction: ``ef_search``, iterative
+    scans (relaxed order) and how many tuples they may scan. No parameters."""
+    return f"""
+SELECT set_config('hnsw.ef_search', '{ef_search}', true), set_config('hnsw.iterative_scan', 'relaxed_order', true),
+       set_config('hnsw.max_scan_tuples', '{max_scan_tuples}', true)
+"""
+
+
+def cosines_sql(version: str, dim: int) -> str:
+    """The best window's cosine to the query of each given chunk that has vectors of ``version``:
+    $1 tenant, $2 query vector, $3 chunk ids."""
+    return f"""
+SELECT e.chunk_id, max(1 - (e.embedding::vector({dim}) <=> $2::vector({dim}))) AS cosine
+FROM knowledge_embeddings e
+WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)} AND e.chunk_id = ANY($3::text[])
+GROUP BY e.chunk_id
+"""
+
+
+# A tenant's windows of a model version, counted up to a limit: $1 tenant, $2 model version, $3 limit.
+WINDOW_COUNT = """
+SELECT count(*) FROM (SELECT 1 FROM knowledge_embeddings
+                      WHERE tenant_id = $1 AND model_version = $2 LIMIT $3) AS s
 """

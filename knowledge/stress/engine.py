@@ -60,8 +60,11 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.service import KnowledgeService
+from knowledge.store.catalog import LIVE_DOCUMENT_IDS, VERSION_CHUNK_IDS
 from knowledge.store.db import connect_once, open_bridge
+from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
 from knowledge.store.retry import retry_transient
+from knowledge.store.server import TERMINATE_HALF_OF
 from knowledge.supervisors.embedded_pg import restart_embedded, stop_embedded
 
 PRINCIPALS = ("alice", "bob", "carol")
@@ -267,9 +270,7 @@ class Driver:
 
     async def chunk_ids(self, tenant: str, document_id: uuid.UUID, version: int) -> set[str]:
         with contextlib.suppress(Exception):
-            rows = await self.svc.db.fetch(
-                "SELECT chunk_id FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2 AND version = $3",
-                tenant, document_id, version)
+            rows = await self.svc.db.fetch(VERSION_CHUNK_IDS, tenant, document_id, version)
             return {r["chunk_id"] for r in rows}
         return set()
 
@@ -419,10 +420,7 @@ class Driver:
             with contextlib.suppress(Exception):
                 if choice == "terminate":
                     async with self.svc.db.dedicated() as conn:
-                        await conn.execute(
-                            """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                               WHERE application_name = $1 AND pid <> pg_backend_pid() AND random() < 0.5""",
-                            self.svc.settings.application_name)
+                        await conn.execute(TERMINATE_HALF_OF, self.svc.settings.application_name)
                 elif choice == "kill_parsers":
                     for child in psutil.Process().children(recursive=True):
                         with contextlib.suppress(psutil.Error):
@@ -673,12 +671,11 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, corpus:
                     await _end_host(process, signum, report)
         settings = Settings(dsn=dsn, data_dir=folder, sweep_interval_seconds=None)
         async with KnowledgeService.open(settings) as svc:
-            rows = await svc.db.fetch(
-                "SELECT DISTINCT document_id FROM knowledge_documents WHERE tenant_id = 'victim' AND valid_to IS NULL")
+            rows = await svc.db.fetch(LIVE_DOCUMENT_IDS, "victim")
             present = {r["document_id"] for r in rows}
             storage = await audit_storage(svc.db, None, ["victim"])
             if dsn is not None:
-                await svc.db.execute("DELETE FROM knowledge_documents WHERE tenant_id = 'victim'")
+                await svc.db.execute(DROP_TENANT_DOCUMENTS, "victim")
         report.lost = [f"acknowledged document {d} is gone" for d in sorted(acknowledged - present, key=str)]
         report.acknowledged, report.live_documents = len(acknowledged), storage.live_documents
         report.storage = storage.partial + storage.orphans + storage.statistics

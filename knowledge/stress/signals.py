@@ -36,7 +36,11 @@ import psutil
 from anyio.abc import ByteReceiveStream
 
 from knowledge.maintenance.audit import audit_storage
+from knowledge.store.audit import UNEXPIRING
+from knowledge.store.catalog import DOCUMENT_ROWS
 from knowledge.store.db import Database, open_bridge
+from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
+from knowledge.store.server import ALL_SESSIONS_OF
 
 #: A command still running this long after the signal is hung.
 HANG_SECONDS = 60.0
@@ -46,14 +50,6 @@ APPLICATION = "knowledge-cli"
 #: The interpreter's start, before the console script's first line runs (not drawn from).
 STARTUP_SECONDS = 0.15
 T = TypeVar("T")
-
-_UNEXPIRING = """
-SELECT count(*) FROM artifacts a
-WHERE a.tenant_id = $1 AND a.expires_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM knowledge_documents d
-                  WHERE d.tenant_id = a.tenant_id AND d.source_artifact_id = a.artifact_id)
-"""
-
 
 @dataclass
 class Round:
@@ -155,9 +151,8 @@ async def one_round(dsn: str, folder: Path, files: int, loop: str, signum: int, 
     result.summarized = bool(last_line) and _last_line(bytes(stdout)) == last_line
     result.problems += await _judge_leftovers(process.pid, dsn, tenant)
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-        result.documents = int(await db.fetchval(
-            "SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1", tenant))
-        await db.execute("DELETE FROM knowledge_documents WHERE tenant_id = $1", tenant)
+        result.documents = int(await db.fetchval(DOCUMENT_ROWS, tenant))
+        await db.execute(DROP_TENANT_DOCUMENTS, tenant)
     result.complete = result.documents == files
     result.problems += _judge_exit(result, result.complete)
     return result
@@ -204,14 +199,13 @@ async def _judge_leftovers(pid: int, dsn: str, tenant: str) -> list[str]:
             p.kill()
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
         async def connections() -> int:
-            return int(await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                                         APPLICATION))
+            return int(await db.fetchval(ALL_SESSIONS_OF, APPLICATION))
 
         if still := await _settle(connections):
             problems.append(f"{still} connections of the command still open")
         audit = await audit_storage(db, None, [tenant])
         problems += audit.partial + audit.orphans + audit.statistics
-        unexpiring = int(await db.fetchval(_UNEXPIRING, tenant))
+        unexpiring = int(await db.fetchval(UNEXPIRING, tenant))
         if unexpiring:
             problems.append(f"{unexpiring} artifacts without an expiry that no document holds")
     return problems

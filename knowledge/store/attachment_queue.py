@@ -1,0 +1,166 @@
+"""The attachment queue's statements (ADR-0120), on the ``artifacts`` table: the upload's inspection
+marker, marking a message's attachments, and the queue a worker drains — claim under a lease,
+renew, settle, release — with the operator's reads (counts, overview, status). The queue's logic
+(`knowledge.ingest.attachments`: the marking rule, `AttachmentQueue`) runs them.
+"""
+
+from __future__ import annotations
+
+from knowledge.store.artifacts import LIVE, ref_columns
+
+# Keep a PDF's upload inspection marker on its artifact: $1 tenant, $2 artifact, $3 the marker (JSON).
+SET_INSPECTION = "UPDATE artifacts SET inspection = $3::jsonb WHERE tenant_id = $1 AND artifact_id = $2"
+
+# The artifacts a message names, locked for marking: $1 tenant, $2 artifact ids.
+MARK_READ = f"""
+SELECT artifact_id, origin, media_type, sha256, attachment_state, inspection::text AS inspection
+FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[]) AND {LIVE}
+ORDER BY artifact_id FOR UPDATE
+"""
+
+# Record a message's attachments (with its conversation; the marked ones with their state, reason,
+# principal and document): $1 tenant, $2 conversation, $3 principal, then parallel arrays $4 artifact
+# ids, $5 states (NULL: recorded with the conversation only), $6 reasons, $7 documents.
+MARK = """
+UPDATE artifacts a
+SET conversation_id = coalesce(a.conversation_id, $2),
+    attachment_state = coalesce(m.state, a.attachment_state),
+    refusal_reason = CASE WHEN m.state IS NULL THEN a.refusal_reason ELSE m.reason END,
+    attached_by = CASE WHEN m.state IS NULL THEN a.attached_by ELSE $3 END,
+    attachment_document_id = coalesce(m.document_id, a.attachment_document_id),
+    marked_at = CASE WHEN m.state IS NULL THEN a.marked_at ELSE clock_timestamp() END,
+    attachment_updated_at = CASE WHEN m.state IS NULL THEN a.attachment_updated_at
+                                 ELSE clock_timestamp() END
+FROM unnest($4::uuid[], $5::text[], $6::text[], $7::uuid[]) AS m(artifact_id, state, reason, document_id)
+WHERE a.tenant_id = $1 AND a.artifact_id = m.artifact_id
+"""
+
+# Claim up to $5 claimable attachments in upload order — pending and due, or ingesting under an
+# expired lease (a takeover, recorded in the history) — each under a lease for worker $1 of $2
+# seconds: $3 tenant (NULL: all), $4 attempts at most (a takeover of the last is ``exhausted``).
+CLAIM = f"""
+WITH next AS (
+    SELECT tenant_id, artifact_id, attachment_state AS prev_state, lease_owner AS prev_owner,
+           attachment_state = 'ingesting' AND attachment_attempts >= $4 AS exhausted
+    FROM artifacts
+    WHERE attachment_state IN ('pending', 'ingesting')
+      AND ($3::text IS NULL OR tenant_id = $3)
+      AND {LIVE}
+      AND CASE attachment_state
+              WHEN 'pending' THEN next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()
+              ELSE lease_expires_at <= clock_timestamp() END
+    ORDER BY upload_seq
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE artifacts a
+SET attachment_state = 'ingesting',
+    lease_owner = $1,
+    lease_expires_at = clock_timestamp() + make_interval(secs => $2),
+    attachment_attempts = a.attachment_attempts + CASE WHEN next.exhausted THEN 0 ELSE 1 END,
+    next_attempt_at = NULL,
+    attachment_updated_at = clock_timestamp(),
+    attachment_history = CASE WHEN next.prev_state = 'ingesting'
+        THEN a.attachment_history || jsonb_build_object(
+            'attempt', a.attachment_attempts, 'outcome', 'lease_expired', 'reason', 'lease_expired',
+            'worker', next.prev_owner, 'at', clock_timestamp())
+        ELSE a.attachment_history END
+FROM next
+WHERE a.tenant_id = next.tenant_id AND a.artifact_id = next.artifact_id
+RETURNING {ref_columns('a')}, a.attached_by,
+          a.attachment_document_id, a.attachment_attempts, a.conversation_id, a.upload_seq, next.prev_state,
+          next.prev_owner, next.exhausted,
+          EXISTS (SELECT 1 FROM knowledge_documents d WHERE d.tenant_id = a.tenant_id
+                  AND d.document_id = a.attachment_document_id AND d.valid_to IS NULL) AS document_exists
+"""
+
+# Settle claims still held by worker $1, one row of the arrays per claim: tenant, artifact, new
+# state, reason, the document (ingested only), backoff seconds (pending only), the attempt's outcome.
+# An ingested attachment is recorded only while its document is live (checked under the document's lock).
+SETTLE = f"""
+UPDATE artifacts a
+SET attachment_state = s.state,
+    refusal_reason = s.reason,
+    attachment_document_id = coalesce(s.document_id, a.attachment_document_id),
+    next_attempt_at = CASE WHEN s.state = 'pending' THEN clock_timestamp() + make_interval(secs => s.delay) END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    attachment_updated_at = clock_timestamp(),
+    attachment_history = a.attachment_history || jsonb_build_object(
+        'attempt', a.attachment_attempts, 'outcome', s.outcome, 'reason', s.reason, 'worker', $1::text,
+        'document_id', s.document_id, 'at', clock_timestamp())
+FROM unnest($2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[], $7::float8[], $8::text[])
+     AS s(tenant_id, artifact_id, state, reason, document_id, delay, outcome)
+WHERE a.tenant_id = s.tenant_id AND a.artifact_id = s.artifact_id AND a.lease_owner = $1
+  AND a.attachment_state = 'ingesting' AND {LIVE}
+  AND (s.state <> 'ingested' OR EXISTS (SELECT 1 FROM knowledge_documents d
+                                       WHERE d.tenant_id = s.tenant_id AND d.document_id = s.document_id
+                                         AND d.valid_to IS NULL))
+RETURNING a.artifact_id
+"""
+
+# Give a claim back unfinished, the attempt not counted: $1 tenant, $2 artifact, $3 worker.
+RELEASE = f"""
+UPDATE artifacts
+SET attachment_state = 'pending', lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = NULL,
+    attachment_attempts = attachment_attempts - 1, attachment_updated_at = clock_timestamp(),
+    attachment_history = attachment_history || jsonb_build_object(
+        'attempt', attachment_attempts, 'outcome', 'released', 'reason', 'worker_stopped', 'worker', $3::text,
+        'at', clock_timestamp())
+WHERE tenant_id = $1 AND artifact_id = $2 AND lease_owner = $3 AND attachment_state = 'ingesting' AND {LIVE}
+RETURNING 1
+"""
+
+# Extend the leases a worker still holds: $1 tenants, $2 artifact ids, $3 worker, $4 lease seconds.
+RENEW = f"""
+UPDATE artifacts SET lease_expires_at = clock_timestamp() + make_interval(secs => $4)
+WHERE tenant_id = ANY($1::text[]) AND artifact_id = ANY($2::uuid[]) AND lease_owner = $3
+  AND attachment_state = 'ingesting' AND {LIVE}
+RETURNING artifact_id
+"""
+
+# An attachment's state, lease holder and whether it is live: $1 tenant, $2 artifact.
+LEASE_HOLDER = f"""
+SELECT attachment_state, lease_owner, {LIVE} AS live FROM artifacts
+WHERE tenant_id = $1 AND artifact_id = $2
+"""
+
+# Seconds until some attachment may become claimable (NULL: none pending or ingesting): $1 tenant
+# (NULL: all).
+NEXT_DUE = f"""
+SELECT extract(epoch FROM min(CASE attachment_state
+           WHEN 'pending' THEN coalesce(next_attempt_at, clock_timestamp())
+           ELSE lease_expires_at END) - clock_timestamp())
+FROM artifacts
+WHERE attachment_state IN ('pending', 'ingesting') AND ($1::text IS NULL OR tenant_id = $1)
+  AND {LIVE}
+"""
+
+# Live attachments by state: $1 tenant (NULL: all).
+COUNTS = f"""
+SELECT attachment_state AS state, count(*) AS n FROM artifacts
+WHERE attachment_state IS NOT NULL AND ($1::text IS NULL OR tenant_id = $1) AND {LIVE}
+GROUP BY 1
+"""
+
+# One tenant's live attachments by state and reason, with expired leases and the oldest pending
+# attachment's age: $1 tenant.
+OVERVIEW = f"""
+SELECT attachment_state AS state, refusal_reason AS reason, count(*) AS n,
+       count(*) FILTER (WHERE attachment_state = 'ingesting'
+                        AND lease_expires_at < clock_timestamp()) AS expired,
+       extract(epoch FROM clock_timestamp() - min(created_at)
+               FILTER (WHERE attachment_state = 'pending')) AS oldest
+FROM artifacts
+WHERE tenant_id = $1 AND attachment_state IS NOT NULL AND {LIVE}
+GROUP BY 1, 2
+"""
+
+# One attachment as the queue sees it, expired or not: $1 tenant, $2 artifact.
+STATUS = f"""
+SELECT tenant_id, artifact_id, conversation_id, file_name, media_type, trust, upload_seq,
+       attachment_state, refusal_reason, attachment_attempts, attachment_history::text AS history,
+       attachment_document_id, lease_owner, lease_expires_at, next_attempt_at,
+       inspection::text AS inspection, attached_by, NOT {LIVE} AS expired
+FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2
+"""

@@ -1,0 +1,99 @@
+"""The invariant audit's queries (read-only): what `knowledge.maintenance.audit` and the stress
+tools check after a run — live document versions whole, nothing belonging to nothing, term
+statistics equal to a recount, vectors present or queued, attachments settled.
+"""
+
+from __future__ import annotations
+
+# Every live document version with what it has of itself: its chunk set's count, its chunks, their
+# index rows, whether its source artifact is a live KNOWLEDGE_SOURCE, whether its ingest event exists:
+# $1 tenants (NULL: all).
+PARTIAL = """
+SELECT d.tenant_id, d.document_id, d.version,
+       s.chunk_count,
+       (SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = d.tenant_id AND c.document_id = d.document_id
+          AND c.version = d.version AND c.chunker_version = d.chunker_version) AS chunks,
+       (SELECT count(*) FROM knowledge_chunk_index i JOIN knowledge_chunks c
+          ON c.tenant_id = i.tenant_id AND c.chunk_id = i.chunk_id
+        WHERE c.tenant_id = d.tenant_id AND c.document_id = d.document_id AND c.version = d.version
+          AND c.chunker_version = d.chunker_version) AS index_rows,
+       (SELECT a.origin = 'KNOWLEDGE_SOURCE' AND a.expires_at IS NULL FROM artifacts a
+        WHERE a.tenant_id = d.tenant_id AND a.artifact_id = d.source_artifact_id) AS source_ok,
+       EXISTS (SELECT 1 FROM knowledge_events e WHERE e.tenant_id = d.tenant_id AND e.document_id = d.document_id
+               AND e.version = d.version AND e.event_type = 'knowledge.document.ingested') AS event_ok
+FROM knowledge_documents d
+LEFT JOIN knowledge_chunk_sets s ON s.tenant_id = d.tenant_id AND s.document_id = d.document_id
+     AND s.version = d.version AND s.chunker_version = d.chunker_version
+WHERE d.valid_to IS NULL AND ($1::text[] IS NULL OR d.tenant_id = ANY($1))
+"""
+
+# Postings must be exactly the lexemes of the index rows: counted both ways per tenant, with the
+# tenant's term statistics and a recount of them: $1 tenants (NULL: all).
+POSTINGS = """
+SELECT t.tenant_id,
+       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id) AS postings,
+       (SELECT coalesce(sum(length(i.tsv)), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id)
+           AS lexemes,
+       (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id AND NOT EXISTS (
+            SELECT 1 FROM knowledge_chunk_index i WHERE i.tenant_id = p.tenant_id AND i.chunk_id = p.chunk_id))
+           AS orphan_postings,
+       (SELECT coalesce(sum(chunks), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_chunks,
+       (SELECT coalesce(sum(total_dl), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_dl,
+       (SELECT count(*) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS chunks,
+       (SELECT coalesce(sum(dl), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS dl
+FROM (SELECT DISTINCT tenant_id FROM knowledge_postings UNION SELECT DISTINCT tenant_id FROM knowledge_chunk_index
+      UNION SELECT DISTINCT tenant_id FROM knowledge_tenant_stats) t
+WHERE $1::text[] IS NULL OR t.tenant_id = ANY($1)
+"""
+
+# Unexpiring source artifacts of no document: $1 tenants (NULL: all).
+ORPHAN_SOURCES = """
+SELECT a.tenant_id, a.artifact_id FROM artifacts a
+WHERE a.origin = 'KNOWLEDGE_SOURCE' AND a.expires_at IS NULL AND ($1::text[] IS NULL OR a.tenant_id = ANY($1))
+  AND NOT EXISTS (SELECT 1 FROM knowledge_documents d
+                  WHERE d.tenant_id = a.tenant_id AND d.source_artifact_id = a.artifact_id)
+"""
+
+# Every chunk set with its recorded and its actual chunk count: $1 tenants (NULL: all).
+ORPHAN_SETS = """
+SELECT s.tenant_id, s.document_id, s.version, s.chunker_version, s.chunk_count,
+       (SELECT count(*) FROM knowledge_chunks c WHERE c.tenant_id = s.tenant_id AND c.document_id = s.document_id
+          AND c.version = s.version AND c.chunker_version = s.chunker_version) AS chunks
+FROM knowledge_chunk_sets s WHERE $1::text[] IS NULL OR s.tenant_id = ANY($1)
+"""
+
+# With the semantic arm on: chunks of live chunk sets with no vector under the arm's model version
+# whose set is not queued for it (``$3``: or queued at all — once the queue has drained):
+# $1 tenants (NULL: all), $2 model version, $3 drained.
+UNEMBEDDED = """
+SELECT c.tenant_id, c.document_id, c.version, count(*) AS chunks FROM knowledge_chunks c
+JOIN knowledge_chunk_sets s ON s.tenant_id = c.tenant_id AND s.document_id = c.document_id AND s.version = c.version
+     AND s.chunker_version = c.chunker_version AND s.superseded_at IS NULL
+WHERE ($1::text[] IS NULL OR c.tenant_id = ANY($1))
+  AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                  WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $2)
+  AND ($3 OR NOT EXISTS (SELECT 1 FROM knowledge_embedding_queue q
+                         WHERE q.tenant_id = s.tenant_id AND q.document_id = s.document_id AND q.version = s.version
+                           AND q.chunker_version = s.chunker_version AND q.model_version = $2))
+GROUP BY c.tenant_id, c.document_id, c.version
+"""
+
+# The stored versions of given documents, whatever their tenant: $1 document ids.
+DOCUMENT_VERSIONS = """
+SELECT tenant_id, document_id, version FROM knowledge_documents WHERE document_id = ANY($1::uuid[])
+"""
+
+# Given attachments' tenant, state and history (JSON text), whatever their tenant: $1 artifact ids.
+ATTACHMENTS_SEEN = """
+SELECT tenant_id, artifact_id, attachment_state AS state, attachment_history::text AS history
+FROM artifacts WHERE artifact_id = ANY($1::uuid[])
+"""
+
+# A tenant's unexpiring artifacts that no document has as its source (uploads and orphaned sources):
+# $1 tenant.
+UNEXPIRING = """
+SELECT count(*) FROM artifacts a
+WHERE a.tenant_id = $1 AND a.expires_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM knowledge_documents d
+                  WHERE d.tenant_id = a.tenant_id AND d.source_artifact_id = a.artifact_id)
+"""

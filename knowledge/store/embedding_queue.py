@@ -1,0 +1,90 @@
+"""The embedding queue's statements (migration 0009): one row per chunk set and model version whose
+chunks still need vectors. `knowledge.semantic.queue` runs them (its `EmbeddingDrain` claims,
+renews, releases and deletes rows; `enqueue_missing`, `pending` and `queue_backlog` read and fill
+the queue); the ingest's and re-chunk's statements (`knowledge.store.documents`) end with
+`QUEUE_INSERT`.
+"""
+
+from __future__ import annotations
+
+# A chunk set queued for embedding: the ingest's and re-chunk's statements end with it (followed by
+# VALUES or a SELECT of tenant, document, version, chunker version, model version, chunk count).
+QUEUE_INSERT = """
+INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version, chunk_count)
+"""
+
+# Claim the oldest claimable rows under a lease: $1 model version, $2 rows at most, $3 lease
+# seconds, $4 attempts at most (a row claimed that often is left for an operator).
+CLAIM = """
+UPDATE knowledge_embedding_queue q
+SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = q.attempts + 1
+FROM (SELECT tenant_id, seq FROM knowledge_embedding_queue
+      WHERE model_version = $1 AND (leased_until IS NULL OR leased_until < clock_timestamp()) AND attempts < $4
+      ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) picked
+WHERE q.tenant_id = picked.tenant_id AND q.seq = picked.seq
+RETURNING q.tenant_id, q.seq, q.document_id, q.version, q.chunker_version
+"""
+
+# The chunks of a queued set without a vector under the model version, in order: $1 tenant,
+# $2 document, $3 version, $4 chunker version, $5 model version.
+UNEMBEDDED_OF_SET = """
+SELECT c.chunk_id, c.heading_path, c.text, c.tokens FROM knowledge_chunks c
+WHERE c.tenant_id = $1 AND c.document_id = $2 AND c.version = $3 AND c.chunker_version = $4
+  AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                  WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $5)
+ORDER BY c.ordinal
+"""
+
+# Renew the lease of claimed rows (progress: the attempts start over): $1 tenants, $2 sequence
+# numbers (parallel arrays), $3 lease seconds.
+RENEW = """
+UPDATE knowledge_embedding_queue SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = 0
+WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
+"""
+
+# Give claimed rows back: $1 tenants, $2 sequence numbers, $3 attempts given back (0 after a
+# failure, which keeps the attempt; 1 when the service closes, no fault of the rows').
+RELEASE = """
+UPDATE knowledge_embedding_queue SET leased_until = NULL, attempts = greatest(attempts - $3::int, 0)
+WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])
+"""
+
+# Rows whose sets are embedded: $1 tenants, $2 sequence numbers.
+DONE = "DELETE FROM knowledge_embedding_queue WHERE tenant_id = ANY($1::text[]) AND seq = ANY($2::bigint[])"
+
+# Queue every chunk set with a chunk that has no vector under the model version (rows already
+# queued keep their place, their attempts start over); returns each set's chunk count:
+# $1 model version, $2 tenant (NULL: all).
+ENQUEUE_MISSING = QUEUE_INSERT + """
+SELECT s.tenant_id, s.document_id, s.version, s.chunker_version, $1, s.chunk_count
+FROM knowledge_chunk_sets s
+WHERE ($2::text IS NULL OR s.tenant_id = $2)
+  AND EXISTS (SELECT 1 FROM knowledge_chunks c
+              WHERE c.tenant_id = s.tenant_id AND c.document_id = s.document_id AND c.version = s.version
+                AND c.chunker_version = s.chunker_version
+                AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                                WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id
+                                  AND e.model_version = $1))
+ORDER BY s.created_at
+ON CONFLICT (tenant_id, document_id, version, chunker_version, model_version) DO UPDATE SET attempts = 0
+RETURNING chunk_count
+"""
+
+# Chunk sets queued: $1 tenant, $2 model version, $3 document (NULL: all of the tenant's).
+PENDING = """SELECT count(*) FROM knowledge_embedding_queue
+           WHERE tenant_id = $1 AND model_version = $2 AND ($3::uuid IS NULL OR document_id = $3)"""
+
+# What waits (sets, stuck sets, the oldest wait in seconds, chunks without vectors): $1 model
+# version, $2 attempts at which a set is stuck, $3 tenant (NULL: all).
+BACKLOG = """
+SELECT count(*) AS sets, count(*) FILTER (WHERE q.attempts >= $2) AS stuck,
+       coalesce(extract(epoch FROM clock_timestamp() - min(q.queued_at)), 0)::float8 AS oldest,
+       (SELECT count(*) FROM knowledge_embedding_queue q2
+        JOIN knowledge_chunks c ON c.tenant_id = q2.tenant_id AND c.document_id = q2.document_id
+             AND c.version = q2.version AND c.chunker_version = q2.chunker_version
+        WHERE q2.model_version = $1 AND ($3::text IS NULL OR q2.tenant_id = $3)
+          AND NOT EXISTS (SELECT 1 FROM knowledge_embeddings e
+                          WHERE e.tenant_id = c.tenant_id AND e.chunk_id = c.chunk_id AND e.model_version = $1)
+       ) AS chunks
+FROM knowledge_embedding_queue q WHERE q.model_version = $1 AND ($3::text IS NULL OR q.tenant_id = $3)
+"""

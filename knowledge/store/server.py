@@ -1,0 +1,27 @@
+"""The server's own state, not the store's: its version and database, and its client sessions
+(``pg_stat_activity``) — for health, ``knowledge db stop``, the leftover audit and the stress tools.
+"""
+
+from __future__ import annotations
+
+# The server's version and the database connected to. No parameters.
+SERVER_IDENTITY = "SELECT current_setting('server_version') AS v, current_database() AS d"
+
+# The server's client connections other than the asking one, by application name. No parameters.
+CLIENTS_BY_APPLICATION = """
+SELECT coalesce(nullif(application_name, ''), '(unnamed)') AS app, count(*) AS n FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1 ORDER BY 2 DESC, 1
+"""
+
+# Sessions of an application other than the asking one: $1 application name.
+SESSIONS_OF = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()"
+
+# Sessions of an application, the asking one included: $1 application name.
+ALL_SESSIONS_OF = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+
+# Terminate about half the sessions of an application other than the asking one (a fault the stress
+# engine injects): $1 application name.
+TERMINATE_HALF_OF = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE application_name = $1 AND pid <> pg_backend_pid() AND random() < 0.5
+"""
