@@ -6,6 +6,8 @@ and nowhere else."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +41,27 @@ def test_no_module_imports_the_folders_by_their_top_level_names() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+#: A string that is a SQL statement (or the head of one): what only `knowledge.store` may hold.
+_STATEMENT = re.compile(r"^\s*(?:SELECT\s|INSERT\s+INTO\s|UPDATE\s+\w+\s+SET\s|DELETE\s+FROM\s|WITH\s+\w+\s+AS\s*\(|"
+                        r"CREATE\s|DROP\s|ALTER\s|TRUNCATE\s)")
+
+
+def test_sql_statements_live_in_the_store() -> None:
+    """Every SQL statement of the package is a named statement of `knowledge.store` (the shells run
+    them): no string constant outside the store is one."""
+    found = []
+    for path in sorted(p for folder in ("knowledge", "parsers", "supervisors") for p in (ROOT / folder).rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("knowledge/store/") or "__pycache__" in relative:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _STATEMENT.match(node.value):
+                found.append(f"{relative}:{node.lineno}: {node.value.strip()[:60]}")
+    assert found == []
+
+
+def test_the_sql_check_sees_a_statement() -> None:
+    assert _STATEMENT.match("\n    SELECT 1 FROM knowledge_chunks") and _STATEMENT.match("WITH x AS (SELECT 1)")
+    assert not _STATEMENT.match("select the best passage") and not _STATEMENT.match("Update the docs")
