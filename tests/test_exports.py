@@ -63,7 +63,7 @@ def test_every_error_class_is_defined_in_knowledge_errors_and_every_public_one_e
                     and module.__name__ != "knowledge.errors":
                 defined_elsewhere.append(f"{module.__name__}.{name}")
     # Control flow inside one module (never raised to a caller) may stay where it is used.
-    private = {"knowledge.cli.console.Interrupted", "knowledge.cli.context.CliError",
+    private = {"knowledge.cli.signals.Interrupted", "knowledge.cli.context.CliError",
                "knowledge.cli.ingest_cmd.IngestCut", "knowledge.ingest.bulk._GroupRefused",
                "knowledge.parsers.pdf_extract.PdfRefused", "knowledge.parsers.pdf_extract._Repairable"}
     assert sorted(set(defined_elsewhere) - private) == []

@@ -23,7 +23,6 @@ from typing import Annotated
 
 import typer
 
-from knowledge.cli.console import Interrupted
 from knowledge.cli.context import (
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
@@ -38,6 +37,7 @@ from knowledge.cli.help import plain_help
 from knowledge.cli.ingest_cmd import ingest
 from knowledge.cli.output import Output, safe
 from knowledge.cli.search_cmd import search
+from knowledge.cli.signals import Interrupted
 from knowledge.cli.stats_cmd import stats, tenants
 from knowledge.cli.worker_cmd import worker
 from knowledge.errors import DatabaseUnavailable, KnowledgeError

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from knowledge.cli import console
+from knowledge.cli import signals
 from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
 from knowledge.cli.output import human_bytes, safe
 from knowledge.cli.reading import open_reader
@@ -178,7 +178,7 @@ def delete(
                 return await resolve_document(cat, opts.tenant, ref)
 
         ref = opts.run(named, read_only=True)
-        with console.raising():
+        with signals.raising():
             confirmed = typer.confirm(f"Delete document {ref} and every version of it?")
         if not confirmed:
             raise CliError("not deleted", EXIT_REFUSED)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from knowledge.cli import console
+from knowledge.cli import signals
 from knowledge.cli.context import EXIT_REFUSED, CliError
 from knowledge.errors import ArtifactTooLarge, NotARegularFile
 
@@ -97,7 +97,7 @@ def identity_candidates(tenant: str, found: Found) -> list[uuid.UUID]:
 def stdin_file(name: str, limit: int) -> Path:
     """Standard input (at most ``limit`` bytes: more is refused) in a file named ``name`` of a
     private temporary folder, removed when the process exits."""
-    with console.raising():  # Ctrl-C ends a read from a terminal at once
+    with signals.raising():  # Ctrl-C ends a read from a terminal at once
         data = sys.stdin.buffer.read(limit + 1)
     if len(data) > limit:
         raise CliError(f"standard input exceeds the {limit}-byte limit", EXIT_REFUSED)

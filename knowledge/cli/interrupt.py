@@ -33,8 +33,8 @@ import anyio
 import sniffio
 from anyio.abc import TaskStatus
 
-from knowledge.cli import console
-from knowledge.cli.console import SIGNALS, Interrupted
+from knowledge.cli import signals
+from knowledge.cli.signals import SIGNALS, Interrupted
 from knowledge.store.db import log_loop_error
 from knowledge.structured import HeldError
 
@@ -57,12 +57,12 @@ async def _guarded(fn: Callable[[], Awaitable[T]]) -> T:
     work = anyio.CancelScope()
 
     async def watch(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.open_signal_receiver(*SIGNALS) as signals:
+        with anyio.open_signal_receiver(*SIGNALS) as receiver:
             task_status.started()
-            if (early := console.pop_pending()) is not None:  # kept before the loop (or its receiver) started
+            if (early := signals.pop_pending()) is not None:  # kept before the loop (or its receiver) started
                 received.append(early)
                 work.cancel()
-            async for signum in signals:
+            async for signum in receiver:
                 if received:
                     exit_now(signum)
                 received.append(signum)
@@ -89,5 +89,5 @@ def run(fn: Callable[[], Awaitable[T]], backend: str) -> T:
     try:
         return anyio.run(_guarded, fn, backend=backend)
     finally:
-        console.install()  # asyncio leaves SIG_DFL behind when its receiver closes
-        console.check()  # a signal kept while the loop ended
+        signals.install()  # asyncio leaves SIG_DFL behind when its receiver closes
+        signals.check()  # a signal kept while the loop ended

@@ -729,8 +729,8 @@ def _victim_main() -> None:
     if not args.handle_signals:
         anyio.run(victim, args.data_dir, args.dsn, args.seed, args.corpus, backend="trio")
         return
-    from knowledge.cli.console import Interrupted, install
     from knowledge.cli.interrupt import run
+    from knowledge.cli.signals import Interrupted, install
 
     install()
     try:

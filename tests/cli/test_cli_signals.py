@@ -112,13 +112,13 @@ def test_a_signal_outside_the_loop_is_kept_for_a_safe_point_and_a_blocking_read_
     be swallowed: pydantic validating a pattern printed "Exception ignored" and the command went
     on); `check` acts on it. A read from standard input is inside `raising`: Ctrl-C ends it."""
     code = ("import os, signal\n"
-            "from knowledge.cli import console\n"
-            "console.install()\n"
+            "from knowledge.cli import signals\n"
+            "signals.install()\n"
             "os.kill(os.getpid(), signal.SIGINT)\n"
             "print('went on to a safe point', flush=True)\n"
             "try:\n"
-            "    console.check()\n"
-            "except console.Interrupted as exc:\n"
+            "    signals.check()\n"
+            "except signals.Interrupted as exc:\n"
             "    print('stopped there with', exc.exit_code, flush=True)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.splitlines() == ["went on to a safe point", "stopped there with 130"], done.stderr
