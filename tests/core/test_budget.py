@@ -1,4 +1,5 @@
-"""Region B budget: the classes as data, the yield order, whole passages. Pure, property-tested."""
+"""Region B budget: the classes as data, the yield order, whole passages. Pure, property-tested. The gate
+is `tests/gates/test_budget_yield.py`."""
 
 from __future__ import annotations
 
@@ -68,44 +69,6 @@ def test_the_class_allowance_is_not_pressure() -> None:
     # A passage that does not fit ends the class: the smaller one after it is not slipped in.
     got = allocate_turn(100_000, [], passages([2500, 900, 100]))
     assert got.knowledge.admitted == 1
-
-
-@settings(max_examples=2000, deadline=None)
-@given(
-    region=st.integers(0, 8000),
-    belief_tokens=st.lists(st.integers(0, 200), max_size=40),
-    passage_tokens=st.lists(st.integers(0, 1000), max_size=6),
-)
-def test_gate_budget_yield(region: int, belief_tokens: list[int], passage_tokens: list[int]) -> None:
-    """Under pressure knowledge yields before in-turn recall; no belief is evicted for a passage; the
-    fewest passages drop, whole, from the lowest-ranked end; nothing exceeds its class or the region."""
-    offered_b, offered_p = beliefs(belief_tokens), passages(passage_tokens)
-    got = allocate_turn(region, offered_b, offered_p)
-    k, r = got.knowledge, got.recall
-    # Whole and in rank order: the rendered passages are the offered objects themselves, a prefix.
-    assert got.passages == tuple(offered_p[: k.rendered])
-    assert all(a is b for a, b in zip(got.passages, offered_p, strict=False))
-    assert all(p.text == " ".join(["word"] * p.tokens) for p in got.passages)
-    assert got.beliefs == tuple(offered_b[: r.rendered])
-    # Limits: the region, and each class's own allowance.
-    assert got.allocation.used_tokens == sum(p.tokens for p in got.passages) + sum(b.tokens for b in got.beliefs)
-    assert got.allocation.used_tokens <= region
-    assert len(got.passages) <= 3 and sum(p.tokens for p in got.passages) <= 3000
-    assert sum(b.tokens for b in got.beliefs) <= 2000
-    # Never a belief for a passage: the beliefs are exactly those rendered with no knowledge at all.
-    assert got.beliefs == allocate_turn(region, offered_b, []).beliefs
-    # Yield order: in-turn recall gives up a belief only when it would not fit with no knowledge at all.
-    if r.yielded:
-        assert sum(b.tokens for b in got.beliefs) + offered_b[r.rendered].tokens > region
-    # The fewest passages dropped: the next admitted one would not have fitted.
-    if k.yielded:
-        assert got.allocation.used_tokens + offered_p[k.rendered].tokens > region
-    # The class allowance is the longest prefix within 3 passages / 3,000 tokens.
-    admitted = offered_p[: k.admitted]
-    assert len(admitted) <= 3 and sum(p.tokens for p in admitted) <= 3000
-    if k.admitted < len(offered_p) and k.admitted < 3:
-        assert sum(p.tokens for p in admitted) + offered_p[k.admitted].tokens > 3000
-    assert k.yielded_tokens == sum(p.tokens for p in offered_p[k.rendered: k.admitted])
 
 
 @settings(max_examples=500, deadline=None)

@@ -1,12 +1,9 @@
-"""The normalizer and the chunker: properties over generated Markdown (hypothesis)."""
+"""The normalizer and the chunker: properties over generated Markdown (hypothesis). The determinism gate
+is `tests/gates/test_chunk_determinism.py`."""
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
 import unicodedata
 import uuid
 from dataclasses import dataclass
@@ -22,7 +19,6 @@ from knowledge.core.chunking import (
     ChunkDraft,
     chunk_id,
     chunk_text,
-    content_sha256,
     count_tokens,
 )
 from knowledge.core.normalize import normalize, tab_width
@@ -193,43 +189,6 @@ def test_plain_text_has_paragraphs_and_the_title_as_path() -> None:
 
 
 # ---------------------------------------------------------------- chunk ids
-
-
-def _ids(text: str, tenant: str, document_id: uuid.UUID) -> list[tuple[str, str]]:
-    drafts = chunk_text(normalize(text), "Doc", markdown=True)
-    return [(chunk_id(tenant, document_id, 1, CHUNKER_VERSION, d.ordinal, content_sha256(d.text)), d.text)
-            for d in drafts]
-
-
-_SUBPROCESS = """
-import json, sys, uuid
-from knowledge.core.chunking import CHUNKER_VERSION, chunk_id, chunk_text, content_sha256
-from knowledge.core.normalize import normalize
-job = json.load(sys.stdin)
-out = []
-for text in job["texts"]:
-    drafts = chunk_text(normalize(text), "Doc", markdown=True)
-    out.append([[chunk_id(job["tenant"], uuid.UUID(job["doc"]), 1, CHUNKER_VERSION, d.ordinal,
-                          content_sha256(d.text)), d.text] for d in drafts])
-print(json.dumps(out))
-"""
-
-
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(markdown_doc(), min_size=1, max_size=6))
-def test_gate_chunk_determinism(docs: list[tuple[str, list[Section], bool]]) -> None:
-    """Same bytes, same chunker_version: identical chunk ids and texts, here and in a fresh
-    process with another hash seed."""
-    tenant, document_id = "tenant-a", uuid.UUID("00000000-0000-4000-8000-000000000001")
-    texts = [raw for raw, _, _ in docs]
-    here = [_ids(t, tenant, document_id) for t in texts]
-    assert here == [_ids(t, tenant, document_id) for t in texts]
-    env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    proc = subprocess.run([sys.executable, "-c", _SUBPROCESS], input=json.dumps(
-        {"texts": texts, "tenant": tenant, "doc": str(document_id)}), capture_output=True, text=True, env=env,
-        check=True, timeout=120)
-    there = [[tuple(pair) for pair in doc] for doc in json.loads(proc.stdout)]
-    assert there == here
 
 
 def test_chunk_ids_are_short_distinct_and_bound_to_identity() -> None:

@@ -1,15 +1,26 @@
-"""The chunk-determinism gate through the real ingest and re-chunking (issue 21 §1), for plain text,
+"""Hard gate "Chunk determinism" (ADR-0033, Hard gates):
+
+    Chunk determinism — the same bytes under the same chunker_version produce identical chunk ids, across
+    processes and across runs. A property gate. M9.
+
+Pure (`test_gate_chunk_determinism`: generated Markdown chunked here and in a fresh process with
+another hash seed) and through the real ingest and re-chunking (issue 21 §1), for plain text,
 Markdown and PDF; and chunker versions that name what moves chunk boundaries — the Markdown parser,
 and for a PDF the extraction rules and both PDF libraries — so that an upgrade of any of them is a
-new version, never new ids under the old one."""
+new version, never new ids under the old one.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge.core.chunking import (
@@ -18,12 +29,15 @@ from knowledge.core.chunking import (
     MarkdownChunker,
     PlainTextChunker,
     chunk_id,
+    chunk_text,
     content_sha256,
 )
+from knowledge.core.normalize import normalize
 from knowledge.errors import IngestRefused
 from knowledge.models import ArtifactOrigin, TrustLevel
 from knowledge.parsers.pdf import PDF_TEXT_VERSION, PdfExtractor
 from knowledge.service import KnowledgeService
+from tests.core.test_chunking import Section, markdown_doc
 from tests.ingest.test_versions import owner
 from tests.parsers.test_pdf_extract import body, make_pdf
 
@@ -125,3 +139,43 @@ def test_ids_move_with_every_part_of_the_version(n: int, tenant: str, data: st.D
     bumped = data.draw(st.sampled_from([CHUNKER_VERSION.replace("mdit", "mdit9"), PARAGRAPH_CHUNKER_VERSION,
                                         f"{CHUNKER_VERSION}+{PDF_TEXT_VERSION}"]))
     assert chunk_id(tenant, doc, 1, bumped, 0, text_hash) != base
+
+
+# ---------------------------------------------------------------- the pure property
+
+
+def _ids(text: str, tenant: str, document_id: uuid.UUID) -> list[tuple[str, str]]:
+    drafts = chunk_text(normalize(text), "Doc", markdown=True)
+    return [(chunk_id(tenant, document_id, 1, CHUNKER_VERSION, d.ordinal, content_sha256(d.text)), d.text)
+            for d in drafts]
+
+
+_SUBPROCESS = """
+import json, sys, uuid
+from knowledge.core.chunking import CHUNKER_VERSION, chunk_id, chunk_text, content_sha256
+from knowledge.core.normalize import normalize
+job = json.load(sys.stdin)
+out = []
+for text in job["texts"]:
+    drafts = chunk_text(normalize(text), "Doc", markdown=True)
+    out.append([[chunk_id(job["tenant"], uuid.UUID(job["doc"]), 1, CHUNKER_VERSION, d.ordinal,
+                          content_sha256(d.text)), d.text] for d in drafts])
+print(json.dumps(out))
+"""
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(markdown_doc(), min_size=1, max_size=6))
+def test_gate_chunk_determinism(docs: list[tuple[str, list[Section], bool]]) -> None:
+    """Same bytes, same chunker_version: identical chunk ids and texts, here and in a fresh
+    process with another hash seed."""
+    tenant, document_id = "tenant-a", uuid.UUID("00000000-0000-4000-8000-000000000001")
+    texts = [raw for raw, _, _ in docs]
+    here = [_ids(t, tenant, document_id) for t in texts]
+    assert here == [_ids(t, tenant, document_id) for t in texts]
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    proc = subprocess.run([sys.executable, "-c", _SUBPROCESS], input=json.dumps(
+        {"texts": texts, "tenant": tenant, "doc": str(document_id)}), capture_output=True, text=True, env=env,
+        check=True, timeout=120)
+    there = [[tuple(pair) for pair in doc] for doc in json.loads(proc.stdout)]
+    assert there == here

@@ -1,8 +1,8 @@
-"""knowledge.ingest: the seven steps, the two ingestion gates, and nothing half-written."""
+"""knowledge.ingest: the seven steps and nothing half-written. The two ingestion gates are
+`tests/gates/test_ingestion_trust.py` and `tests/gates/test_no_secrets_ingested.py`."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -103,22 +103,6 @@ async def test_ingest_commits_document_chunks_index_event_and_source(service: Kn
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("trust", [t for t in TrustLevel if t < TrustLevel.USER])
-async def test_gate_ingestion_trust(service: KnowledgeService, tenant: str, trust: TrustLevel) -> None:
-    ref = await put(service, tenant, DOC)
-    before = await footprint(service, tenant)
-    with pytest.raises(IngestRefused) as refused:
-        await service.ingest(ref, "Guide", "tenant", writer(tenant), origin_trust=trust)
-    assert refused.value.reason == "origin_trust"
-    after = await footprint(service, tenant)
-    assert after == before and nothing_but_inputs(after)
-    assert (await service.ingest_stats(tenant)).refused == {"origin_trust": 1}
-    # USER and above are admitted.
-    for ok in (TrustLevel.USER, TrustLevel.SYSTEM):
-        await service.ingest(await put(service, tenant, DOC), "Guide", "tenant", writer(tenant), origin_trust=ok)
-
-
-@pytest.mark.anyio
 async def test_admission_needs_scope_and_own_tenant(service: KnowledgeService, tenant: str) -> None:
     ref = await put(service, tenant, DOC)
     reader = Principal(tenant_id=tenant, principal_id="bob")
@@ -129,43 +113,6 @@ async def test_admission_needs_scope_and_own_tenant(service: KnowledgeService, t
     with pytest.raises(IngestRefused, match="invalid_request"):
         await service.ingest(ref, "Guide", "project", writer(tenant), origin_trust=TrustLevel.USER)
     assert nothing_but_inputs(await footprint(service, tenant))
-
-
-def _secret_records() -> list[dict[str, str]]:
-    with gzip.open(SECRETS, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
-
-
-def _embed(snippet: str) -> str:
-    return (
-        "# Service setup\n\nThis page explains how the service is configured for production use and how\n"
-        "operators rotate what it needs. Read it before the first deploy.\n\n## Configuration\n\n"
-        f"{snippet}\n\n## Next steps\n\nContinue with the monitoring guide, which explains the alerts.\n"
-    )
-
-
-@pytest.mark.anyio
-@pytest.mark.skipif(corpus_missing(SECRETS), reason="shared corpus not present")
-async def test_gate_no_secrets_ingested(service: KnowledgeService, tenant: str) -> None:
-    records = _secret_records()
-    assert sum(r["label"] == "secret" for r in records) == 50
-    for record in records:
-        text = _embed(record["text"])
-        ref = await put(service, tenant, text)
-        before = await footprint(service, tenant)
-        if record["label"] == "secret":
-            with pytest.raises(IngestRefused) as refused:
-                await service.ingest(ref, "Setup", "principal", writer(tenant), origin_trust=TrustLevel.USER)
-            err = refused.value
-            assert err.reason == "secret_detected", record["id"]
-            assert err.chunk_ordinal is not None and err.heading_path and err.heading_path[0] == "Setup"
-            assert str(err).find(record["text"].strip().splitlines()[-1][-12:]) == -1  # never the secret
-            assert await footprint(service, tenant) == before, record["id"]  # inputs untouched too
-            assert await service.artifacts.read(ref) == text.encode()
-        else:
-            await service.ingest(ref, "Setup", "principal", writer(tenant), origin_trust=TrustLevel.USER)
-    stats = await service.ingest_stats(tenant)
-    assert stats.accepted == 50 and stats.refused == {"secret_detected": 50}
 
 
 @pytest.mark.anyio

@@ -1,8 +1,8 @@
-"""Versions, as_of, and deletion that really deletes."""
+"""Versions, as_of, and deletion that really deletes. The gates are `tests/gates/test_version_supersession.py`
+and `tests/gates/test_deletion_cascades.py`."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime
 
@@ -11,7 +11,7 @@ import pytest
 
 from knowledge.core.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker, chunk_text
 from knowledge.errors import DeleteRefused, IngestRefused
-from knowledge.models import ArtifactOrigin, DeletedChunk, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel, Viewer
+from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 
 
@@ -34,28 +34,6 @@ V2 = "# Runbook\n\n## Failover\n\nPromote the standby with the albatross procedu
 
 def query(tenant: str, text: str, who: str = "alice", as_of: datetime | None = None) -> KnowledgeQuery:
     return KnowledgeQuery(tenant_id=tenant, principal_id=who, text=text, as_of=as_of)
-
-
-@pytest.mark.anyio
-async def test_gate_version_supersession(service: KnowledgeService, tenant: str) -> None:
-    doc = await ingest(service, tenant, V1)
-    old = await service.search(query(tenant, "pelican procedure"))
-    assert [p.document_id for p in old] == [doc]
-    between = datetime.now(UTC)
-    await anyio.sleep(0.01)
-    assert await ingest(service, tenant, V2, replaces=doc) == doc
-    live = await service.search(query(tenant, "pelican albatross procedure"))
-    assert live and all("albatross" in p.text and "pelican" not in p.text for p in live)
-    assert await service.search(query(tenant, "pelican")) == []  # never the old passages, live
-    then = await service.search(query(tenant, "pelican procedure", as_of=between))
-    assert [p.chunk_id for p in then] == [p.chunk_id for p in old]  # as_of: what live returned then
-    assert await service.search(query(tenant, "albatross", as_of=between)) == []
-    cited = await service.get_chunk(old[0].chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
-    assert isinstance(cited, KnowledgeChunk) and cited.version == 1 and "pelican" in cited.text
-    versions = await service.db.fetch(
-        "SELECT version, valid_to IS NULL AS live, superseded_by FROM knowledge_documents "
-        "WHERE tenant_id = $1 ORDER BY version", tenant)
-    assert [(r["version"], r["live"], r["superseded_by"]) for r in versions] == [(1, False, doc), (2, True, None)]
 
 
 @pytest.mark.anyio
@@ -85,48 +63,6 @@ async def test_concurrent_new_versions_serialize_and_stay_dense(service: Knowled
         "SELECT version, valid_to IS NULL AS live FROM knowledge_documents WHERE tenant_id = $1 ORDER BY version",
         tenant)
     assert [r["version"] for r in rows] == list(range(1, 8)) and [r["live"] for r in rows].count(True) == 1
-
-
-@pytest.mark.anyio
-async def test_gate_deletion_cascades(service: KnowledgeService, tenant: str) -> None:
-    doc = await ingest(service, tenant, V1)
-    await ingest(service, tenant, V2, replaces=doc)
-    other = await ingest(service, tenant, "# Other\n\nThe pelican procedure is unrelated here, about birds.\n")
-    cited = (await service.search(query(tenant, "albatross procedure")))[0]
-    sources = [r["source_artifact_id"] for r in await service.db.fetch(
-        "SELECT source_artifact_id FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2", tenant, doc)]
-    stats_before = await service.db.fetchval(
-        "SELECT sum(chunks) FROM knowledge_tenant_stats WHERE tenant_id = $1", tenant)
-
-    assert await service.delete(doc, owner(tenant)) == 2
-
-    for who in ("alice", "bob"):
-        for text in ("albatross procedure drain", "pelican procedure repoint clients"):
-            assert doc not in [p.document_id for p in await service.search(query(tenant, text, who))]
-    assert [p.document_id for p in await service.search(query(tenant, "pelican birds"))] == [other]
-    left = await service.db.fetchrow(
-        """SELECT (SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2) AS chunks,
-                  (SELECT count(*) FROM knowledge_chunk_index WHERE tenant_id = $1 AND document_id = $2) AS idx,
-                  (SELECT count(*) FROM knowledge_chunk_sets WHERE tenant_id = $1 AND document_id = $2) AS sets,
-                  (SELECT count(*) FROM knowledge_postings WHERE tenant_id = $1 AND chunk_id = $3) AS postings""",
-        tenant, doc, cited.chunk_id)
-    assert left is not None and dict(left) == {"chunks": 0, "idx": 0, "sets": 0, "postings": 0}
-    # Term statistics stay right: the counters equal a fresh recount.
-    recount = await service.db.fetchval("SELECT count(*) FROM knowledge_chunk_index WHERE tenant_id = $1", tenant)
-    assert await service.db.fetchval(
-        "SELECT sum(chunks) FROM knowledge_tenant_stats WHERE tenant_id = $1", tenant) == recount == stats_before - 2
-    # The sources expire at once and the sweeper deletes their bytes.
-    assert await service.artifacts.sweep() >= len(sources)
-    assert await service.db.fetchval(
-        "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[])", tenant, sources) == 0
-    # A trace's citation resolves to "deleted", never dangles.
-    gone = await service.get_chunk(cited.chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
-    assert isinstance(gone, DeletedChunk) and gone.document_id == doc
-    event = await service.db.fetchrow(
-        "SELECT payload FROM knowledge_events WHERE tenant_id = $1 AND event_type = 'knowledge.document.deleted'",
-        tenant)
-    assert event is not None and json.loads(event["payload"]) == {"versions": 2, "chunks": 2}
-    assert "albatross" not in event["payload"]
 
 
 @pytest.mark.anyio

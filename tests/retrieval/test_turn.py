@@ -1,26 +1,19 @@
-"""One call per turn: retrieve, budget, render, trace — and what was rendered is what was traced."""
+"""One call per turn: retrieve, budget, render, trace — and what was rendered is what was traced. The gates
+are `tests/gates/test_trace_completeness.py` and `tests/gates/test_budget_yield.py`."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Sequence
 
 import anyio
 import pytest
-from anyio.from_thread import start_blocking_portal
-from hypothesis import HealthCheck, example, given
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
 
 from knowledge.config import Settings
 from knowledge.core.memory_boundary import Belief
-from knowledge.core.render import parse_knowledge_block
-from knowledge.core.trace import block_sha256, rerender
 from knowledge.core.turn import TurnRequest
 from knowledge.models import (
     ArtifactOrigin,
-    KnowledgeChunk,
     KnowledgeQuery,
     Principal,
     RetrievedPassage,
@@ -29,7 +22,6 @@ from knowledge.models import (
 )
 from knowledge.service import KnowledgeService
 from knowledge.store.locks import lock_document
-from knowledge.store.traces import resolve_chunks
 
 TOPICS = ["rollback", "failover", "snapshot", "compaction", "quorum", "defrag"]
 
@@ -84,81 +76,6 @@ def beliefs(tokens: Sequence[int], sensitivity: Sensitivity = Sensitivity.INTERN
 def request(tenant: str, text: str, region: int, belief_tokens: Sequence[int] = (), **query: object) -> TurnRequest:
     return TurnRequest(query=KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text, **query),  # type: ignore[arg-type]
                        region_tokens=region, beliefs=beliefs(belief_tokens), session_id="s1", turn_id="t1")
-
-
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_gate_trace_completeness(database_dsn: str, backend: str) -> None:
-    """For sampled turns, the trace lists exactly the rendered passages, in order, and re-rendering
-    them (texts resolved by chunk id) reproduces the rendered block whose hash the trace records."""
-    cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4, relevance_floor=False)
-    tenant = f"t-{uuid.uuid4().hex[:10]}"
-    seen = {"rendered": 0, "yielded": 0, "empty": 0}
-    with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(cfg)) as svc:
-        portal.call(ingest_corpus, svc, tenant)
-
-        @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(words=st.lists(st.sampled_from([*TOPICS, "unrelated"]), min_size=1, max_size=3),
-               region=st.integers(0, 6000), belief_tokens=st.lists(st.integers(1, 120), max_size=30))
-        @example(words=["rollback", "snapshot"], region=10_000, belief_tokens=[])
-        @example(words=["rollback", "failover", "snapshot"], region=1500, belief_tokens=[50] * 20)
-        @example(words=["unrelated"], region=5000, belief_tokens=[25])
-        def check(words: list[str], region: int, belief_tokens: list[int]) -> None:
-            result = portal.call(svc.turn, request(tenant, " ".join(words), region, belief_tokens))
-            stored = portal.call(lambda: svc.trace(result.trace.trace_id, tenant_id=tenant))
-            assert stored == result.trace  # what the call returned is what was committed
-            assert [b.belief_id for b in stored.beliefs] == [b.belief_id for b in result.beliefs]
-            k = stored.budget.classes["knowledge"]
-            assert k.rendered == len(stored.passages) == len(result.passages)
-            seen["yielded"] += k.yielded_items > 0
-            if result.block is None:
-                seen["empty"] += 1
-                assert stored.passages == [] and stored.block_sha256 is None
-                return
-            seen["rendered"] += 1
-            _, shown = parse_knowledge_block(result.block)
-            assert [p.chunk_id for p in stored.passages] == [p.chunk for p in shown] == [
-                p.chunk_id for p in result.passages]
-            assert stored.block_sha256 == hashlib.sha256(result.block.encode()).hexdigest()
-            resolved = portal.call(resolve_chunks, svc.db, tenant, [p.chunk_id for p in stored.passages])
-            texts = {cid: c.text for cid, c in resolved.items() if isinstance(c, KnowledgeChunk)}
-            again = rerender(stored, texts)
-            assert again == result.block and block_sha256(again) == stored.block_sha256
-            assert portal.call(lambda: svc.check_trace(stored.trace_id, tenant_id=tenant)).ok
-
-        check()
-    assert seen["rendered"] and seen["yielded"] and seen["empty"]
-
-
-@pytest.mark.anyio
-async def test_gate_budget_yield_end_to_end(service: KnowledgeService, tenant: str) -> None:
-    """Through the service: a short region costs knowledge its lowest-ranked passage, whole, and every
-    belief still renders; shorter still, knowledge renders nothing before a belief is lost."""
-    await ingest_corpus(service, tenant)
-    roomy = await service.turn(request(tenant, "rollback failover snapshot", 100_000))
-    assert len(roomy.passages) == 3 and roomy.budget.knowledge.yielded_items == 0
-    sizes = [p.tokens for p in roomy.passages]
-    belief_tokens = [40] * 20  # 800 tokens of beliefs
-    short = sum(belief_tokens) + sizes[0] + sizes[1] + sizes[2] - 1
-    got = await service.turn(request(tenant, "rollback failover snapshot", short, belief_tokens))
-    assert [p.chunk_id for p in got.passages] == [p.chunk_id for p in roomy.passages[:2]]
-    assert len(got.beliefs) == 20
-    assert got.budget.knowledge.yielded_items == 1 and got.budget.knowledge.yielded_tokens == sizes[2]
-    assert got.block is not None
-    _, shown = parse_knowledge_block(got.block)
-    for passage in shown:  # whole: exactly the stored chunk's text
-        chunk = await service.operator_get_chunk(passage.chunk, tenant_id=tenant)
-        assert isinstance(chunk, KnowledgeChunk) and passage.text == chunk.text
-    starved = await service.turn(request(tenant, "rollback failover snapshot", 700, belief_tokens))
-    assert starved.block is None and starved.passages == ()
-    assert len(starved.beliefs) == 17 and starved.budget.recall.yielded_items == 3
-    assert starved.trace.budget.classes["knowledge"].yielded_items == 3
-    pressure = await service.budget_pressure(tenant)
-    assert (pressure.turns, pressure.knowledge_turns, pressure.yielded_turns) == (3, 3, 2)
-    assert (pressure.passages_admitted, pressure.passages_rendered, pressure.passages_yielded) == (9, 5, 4)
-    assert pressure.tokens_yielded == sizes[2] + sum(sizes)
-    assert (pressure.recall_yielded_turns, pressure.beliefs_yielded) == (1, 3)
-    assert pressure.yield_rate == pytest.approx(2 / 3)
 
 
 @pytest.mark.anyio

@@ -1,11 +1,11 @@
-"""The semantic arm (issues 11, 18): isolation inside the ANN query, the embedding queue (ingest
-commits without vectors; vectors follow, never outliving their chunks), re-embedding through the
-same queue, the embedder child's supervision. Runs the real packaged model in its real child process; skipped
-where the ``semantic`` extra is not installed."""
+"""The semantic arm (issues 11, 18): the embedding queue (ingest commits without vectors; vectors follow,
+never outliving their chunks), re-embedding through the same queue, the embedder child's supervision. Runs
+the real packaged model in its real child process; skipped where the ``semantic`` extra is not installed.
+Isolation inside the ANN query (the visibility gate's semantic arm) is in
+`tests/gates/test_visibility_isolation.py`."""
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import uuid
@@ -15,16 +15,12 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.from_thread import start_blocking_portal
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import rule, run_state_machine_as_test
 
 from knowledge.config import Settings
 from knowledge.errors import ConfigurationError
 from knowledge.ingest.ingestor import Ingestor
 from knowledge.maintenance.audit import audit_storage
-from knowledge.models import KnowledgeQuery, Sensitivity, TrustLevel
+from knowledge.models import KnowledgeQuery, TrustLevel
 from knowledge.retrieval.search import Searcher
 from knowledge.semantic import enabled
 from knowledge.semantic.arm import SemanticArm
@@ -36,7 +32,6 @@ from knowledge.supervisors.embedder import BATCH_PASSAGES
 from tests.cli.test_cli import knowledge  # noqa: F401  (the CLI fixture)
 from tests.ingest.test_ingest import footprint, nothing_but_inputs, put, writer
 from tests.ingest.test_versions import ParagraphChunker
-from tests.retrieval.test_search import PRINCIPALS, PROJECTS, TENANTS, WORDS, VisibilityMachine, admits
 
 pytestmark = pytest.mark.skipif(not available(), reason="the semantic extra is not installed")
 
@@ -104,45 +99,6 @@ async def queued(svc: KnowledgeService, tenant: str) -> list[Any]:
 
 def q(tenant: str, text: str, **kw: Any) -> KnowledgeQuery:
     return KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text, **kw)
-
-
-# ------------------------------------------------------------------ the gate, with the arm on
-
-
-class SemanticVisibilityMachine(VisibilityMachine):
-    """The search issue's visibility machine, every search also checked arm by arm: the semantic
-    arm's own candidates — from the exact pass and from the HNSW index with iterative scans — are
-    all admissible, and it withholds nothing admissible (every document matches it somewhat)."""
-
-    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
-          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
-          words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
-    def search(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity, words: list[str]) -> None:
-        super().search(tenant, principal, scope, ceiling, words)
-        query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
-                               text=" ".join(words), sensitivity_ceiling=ceiling)
-        _, sem = arms(self.svc)
-        self.portal.call(functools.partial(self.svc.wait_embedded, tenant_id=self.tenant(tenant)))
-        visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
-        for exact_max in (10**9, 0):  # the exact pass, then the HNSW index
-            sem.exact_max_windows = exact_max
-            found = self.portal.call(sem.search, self.svc.db, query, 50)
-            for c in found:
-                facts = self.docs.get(c.document_id)
-                assert facts is not None, "a semantic candidate from a document this run never ingested"
-                assert admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, principal, scope)
-            assert {c.document_id for c in found} == visible or len(found) == 50
-
-
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_gate_visibility_isolation_semantic_arm(database_dsn: str, backend: str) -> None:
-    with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(semantic_settings(database_dsn))) as svc:
-        SemanticVisibilityMachine.portal = portal
-        SemanticVisibilityMachine.svc = svc
-        run_state_machine_as_test(SemanticVisibilityMachine, settings=settings(
-            max_examples=5, stateful_step_count=20, deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
 
 
 # ------------------------------------------------------------------ the queue

@@ -1,0 +1,194 @@
+"""Hard gate "Visibility isolation" (ADR-0033, Hard gates):
+
+    Visibility isolation — zero cross-tenant results, and zero results whose visibility does not admit the
+    querying principal. A hard gate, not a metric to improve. M9.
+
+Both arms: `VisibilityMachine` ingests and searches at random across tenants, principals, projects,
+visibilities and sensitivities with the lexical arm (`test_gate_visibility_isolation`), and
+`SemanticVisibilityMachine` checks the semantic arm's own candidates too
+(`test_gate_visibility_isolation_semantic_arm`, skipped where the ``semantic`` extra is not installed).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from knowledge.config import Settings
+from knowledge.models import KnowledgeQuery, Sensitivity, Viewer, Visibility
+from knowledge.semantic.encoder import available
+from knowledge.service import KnowledgeService
+from tests.retrieval.test_search import ingest_text
+from tests.semantic.test_semantic import arms, semantic_settings
+
+TENANTS = ["ta", "tb", "tc"]
+PRINCIPALS = ["alice", "bob", "carol"]
+PROJECTS = ["apollo", "gemini"]
+WORDS = ["cluster", "snapshot", "rollback", "quorum", "leader", "compaction", "defrag", "backup"]
+
+
+@dataclass(frozen=True)
+class DocFacts:
+    tenant: str
+    owner: str
+    visibility: Visibility
+    project: str | None
+    sensitivity: Sensitivity
+
+
+def admits(doc: DocFacts, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity) -> bool:
+    """The in-memory model of who may read what."""
+    if doc.tenant != tenant or doc.sensitivity > ceiling:
+        return False
+    if doc.visibility is Visibility.TENANT:
+        return True
+    if doc.visibility is Visibility.PRINCIPAL:
+        return doc.owner == principal
+    return doc.project is not None and doc.project == scope
+
+
+class VisibilityMachine(RuleBasedStateMachine):
+    """Ingest and search at random across tenants, principals, projects, visibilities and
+    sensitivities; every result must be admissible for its principal, always."""
+
+    portal: BlockingPortal
+    svc: KnowledgeService
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = uuid.uuid4().hex[:8]  # tenants of this run only
+        self.docs: dict[uuid.UUID, DocFacts] = {}
+        self.chunks: dict[str, uuid.UUID] = {}  # every chunk id a search returned, and its document
+        self.results = 0
+        self.resolved = 0
+
+    def tenant(self, name: str) -> str:
+        return f"{name}-{self.run}"
+
+    @initialize()
+    def seed(self) -> None:
+        # Every tenant starts with one document nobody else may see, so leaks have something to leak.
+        for name in TENANTS:
+            self.ingest(name, "alice", Visibility.PRINCIPAL, None, Sensitivity.RESTRICTED, "cluster")
+
+    @rule(tenant=st.sampled_from(TENANTS), owner=st.sampled_from(PRINCIPALS),
+          visibility=st.sampled_from(list(Visibility)), project=st.sampled_from(PROJECTS),
+          sensitivity=st.sampled_from(list(Sensitivity)), word=st.sampled_from(WORDS))
+    def ingest(self, tenant: str, owner: str, visibility: Visibility, project: str | None,
+               sensitivity: Sensitivity, word: str) -> None:
+        project = project if visibility is Visibility.PROJECT else None
+        text = (f"# {word.title()} notes\n\nThe {word} procedure for the cluster: check the leader, then the "
+                f"{word}. Marker {uuid.uuid4().hex[:6]}.\n")
+        doc_id = self.portal.call(lambda: ingest_text(self.svc, self.tenant(tenant), owner, text,
+                                                      visibility=visibility.value, project=project,
+                                                      sensitivity=sensitivity.value))
+        self.docs[doc_id] = DocFacts(self.tenant(tenant), owner, visibility, project, sensitivity)
+
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
+          words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+    def search(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity, words: list[str]) -> None:
+        query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                               text=" ".join(words), sensitivity_ceiling=ceiling, max_passages=50,
+                               budget_tokens=100_000, max_per_document=5, min_score=-1e9)
+        candidates = self.portal.call(self.svc.searcher.candidates, query)
+        passages = self.portal.call(self.svc.search, query)
+        for doc_id in [c.document_id for c in candidates] + [p.document_id for p in passages]:
+            facts = self.docs.get(doc_id)
+            assert facts is not None, "a result from a document this run never ingested: cross-tenant"
+            assert admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, tenant, principal, scope)
+        # And nothing admissible that matches is withheld (the predicates do not over-filter).
+        visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
+        if visible and "cluster" in words:
+            assert {c.document_id for c in candidates} == visible or len(candidates) == self.svc.searcher.arm_limit
+        self.results += len(candidates)
+        self.chunks.update({c.chunk_id: c.document_id for c in candidates})
+
+    @precondition(lambda self: self.chunks)
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)), data=st.data())
+    def resolve(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity,
+                data: st.DataObject) -> None:
+        """A citation resolved for a person (`get_chunk` with a viewer) comes back exactly when a
+        search would have admitted its document for them; the operator's (`operator_get_chunk`)
+        whenever it is of their tenant — and never across tenants."""
+        chunk_id = data.draw(st.sampled_from(sorted(self.chunks)))
+        facts = self.docs[self.chunks[chunk_id]]
+        viewer = Viewer(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                        sensitivity_ceiling=ceiling)
+        shown = self.portal.call(functools.partial(self.svc.get_chunk, chunk_id, viewer=viewer))
+        assert (shown is not None) == admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, viewer)
+        as_operator = self.portal.call(functools.partial(self.svc.operator_get_chunk, chunk_id,
+                                                         tenant_id=self.tenant(tenant)))
+        assert (as_operator is not None) == (facts.tenant == self.tenant(tenant))
+        self.resolved += 1
+
+    @invariant()
+    def tenants_hold_their_documents(self) -> None:
+        assert all(f.tenant.endswith(self.run) for f in self.docs.values())
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_gate_visibility_isolation(database_dsn: str, backend: str) -> None:
+    cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4)
+    with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
+            KnowledgeService.open(cfg)) as svc:
+        VisibilityMachine.portal = portal
+        VisibilityMachine.svc = svc
+        run_state_machine_as_test(VisibilityMachine, settings=settings(
+            max_examples=12, stateful_step_count=25, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+# ------------------------------------------------------------------ the semantic arm
+
+
+class SemanticVisibilityMachine(VisibilityMachine):
+    """The search issue's visibility machine, every search also checked arm by arm: the semantic
+    arm's own candidates — from the exact pass and from the HNSW index with iterative scans — are
+    all admissible, and it withholds nothing admissible (every document matches it somewhat)."""
+
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
+          words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+    def search(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity, words: list[str]) -> None:
+        super().search(tenant, principal, scope, ceiling, words)
+        query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                               text=" ".join(words), sensitivity_ceiling=ceiling)
+        _, sem = arms(self.svc)
+        self.portal.call(functools.partial(self.svc.wait_embedded, tenant_id=self.tenant(tenant)))
+        visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
+        for exact_max in (10**9, 0):  # the exact pass, then the HNSW index
+            sem.exact_max_windows = exact_max
+            found = self.portal.call(sem.search, self.svc.db, query, 50)
+            for c in found:
+                facts = self.docs.get(c.document_id)
+                assert facts is not None, "a semantic candidate from a document this run never ingested"
+                assert admits(facts, self.tenant(tenant), principal, scope, ceiling), (facts, principal, scope)
+            assert {c.document_id for c in found} == visible or len(found) == 50
+
+
+@pytest.mark.skipif(not available(), reason="the semantic extra is not installed")
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_gate_visibility_isolation_semantic_arm(database_dsn: str, backend: str) -> None:
+    with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
+            KnowledgeService.open(semantic_settings(database_dsn))) as svc:
+        SemanticVisibilityMachine.portal = portal
+        SemanticVisibilityMachine.svc = svc
+        run_state_machine_as_test(SemanticVisibilityMachine, settings=settings(
+            max_examples=5, stateful_step_count=20, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
