@@ -201,7 +201,8 @@ class KnowledgeService:
                         svc.start_background("maintenance-worker", svc.maintenance.run)
                     svc.start_background("parser-spares", svc.parser_pool.keep_spares)
                     with held:
-                        if semantic.enabled(settings.semantic_arm):
+                        # `enabled` looks for the extra's packages and model files (stats): not on the loop
+                        if await anyio.to_thread.run_sync(semantic.enabled, settings.semantic_arm):
                             if settings.semantic_arm is None and not await table_exists(db):
                                 _log.warning(NO_PGVECTOR)  # the default, not a requirement: lexical-only
                             else:
@@ -541,7 +542,7 @@ class KnowledgeService:
 
         Cancellation: propagates; nothing is left checked out."""
         began = time.perf_counter()
-        expected = len(discover())
+        expected = len(await anyio.to_thread.run_sync(discover))  # reads the package's files
         common: dict[str, Any] = {
             "backend": self.db.backend,
             "embedded": self.embedded_server is not None,
