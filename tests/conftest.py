@@ -5,7 +5,9 @@ otherwise the session starts the embedded server in a temporary data directory.
 Library tests run under both anyio backends via the ``anyio_backend`` fixture below (asyncio on a
 plain loop, in debug mode).
 
-Two rules of the design are enforced here, as anyio's and trio's own suites do:
+Two of the design's rules are enforced here, as anyio's and trio's own suites do (two more are in
+pyproject.toml's ``[tool.pytest.ini_options]``: every warning is an error, and a hang dumps every
+thread's stack after ``faulthandler_timeout``):
 
 - asyncio runs in **debug mode** (``anyio_backend``): a coroutine never awaited is reported with
   where it was made, a non-threadsafe call from another thread raises, and callbacks slower than
@@ -13,9 +15,12 @@ Two rules of the design are enforced here, as anyio's and trio's own suites do:
   callback's wall time measures the machine's load as much as the code, so failing on it would be
   a flaky test, not a rule).
 - **no blocking call inside the event loop** (``blockbuster``, autouse): a blocking file, socket,
-  ``time.sleep`` or lock call made in a running loop raises ``BlockingError``. Under trio it sees
-  what runs in a task of a trio-asyncio loop (``open_bridge``: every database-using path), since
-  blockbuster asks ``asyncio.get_running_loop()``, which trio-asyncio answers per trio task.
+  ``time.sleep`` or lock call made in a running loop raises ``BlockingError`` — in the test's loop
+  and in any other the test runs in process (the CLI's, ``anyio.run`` in a sync test). Under trio
+  it sees what runs in a task of a trio-asyncio loop (``open_bridge``: every database-using path),
+  since blockbuster asks ``asyncio.get_running_loop()``, which trio-asyncio answers per trio task;
+  pure trio code outside the bridge is not checked. The allow-list (`_in_procfs`, `_MAY_BLOCK_IN`)
+  names what may block and why.
 """
 
 from __future__ import annotations
