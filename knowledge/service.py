@@ -143,7 +143,8 @@ async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup
     ``semantic_drain``) the drain. Ingest queues its chunk sets and commits without waiting for
     vectors (`knowledge.semantic.queue`). None: the arm is off (or, by default, this server has no
     pgvector: lexical-only, with a warning)."""
-    if not semantic.enabled(settings.semantic_arm):
+    # `enabled` looks for the extra's packages and model files (stat calls): not on the loop
+    if not await anyio.to_thread.run_sync(semantic.enabled, settings.semantic_arm):
         return None
     if settings.semantic_arm is None and not await table_exists(db):
         _log.warning(NO_PGVECTOR)  # the default, not a requirement: lexical-only
@@ -530,7 +531,7 @@ class KnowledgeService:
 
         Cancellation: propagates; nothing is left checked out."""
         began = time.perf_counter()
-        expected = len(discover())
+        expected = len(await anyio.to_thread.run_sync(discover))  # reads the package's files
         common: dict[str, Any] = {
             "backend": self.db.backend,
             "embedded": self.embedded_server is not None,

@@ -332,8 +332,8 @@ class ParserPool:
                         await slots.give_back()
                     raise
                 mine.append(spare)
+                slots.spares.append(spare)  # before the next checkpoint: a cancellation there kills it below
                 async with slots.changed:
-                    slots.spares.append(spare)
                     slots.changed.notify_all()
                 mine = [p for p in mine if p in slots.spares]
         finally:

@@ -3,7 +3,24 @@
 With ``$KNOWLEDGE_DSN`` set, tests use that server (creating their own databases on it);
 otherwise the session starts the embedded server in a temporary data directory.
 Library tests run under both anyio backends via the ``anyio_backend`` fixture below (asyncio on a
-plain loop).
+plain loop, in debug mode).
+
+Two of the design's rules are enforced here, as anyio's and trio's own suites do (two more are in
+pyproject.toml's ``[tool.pytest.ini_options]``: every warning is an error, and a hang dumps every
+thread's stack after ``faulthandler_timeout``):
+
+- asyncio runs in **debug mode** (``anyio_backend``): a coroutine never awaited is reported with
+  where it was made, a non-threadsafe call from another thread raises, and callbacks slower than
+  ``slow_callback_duration`` are logged (logged only: on a 2-core machine shared with other runs, a
+  callback's wall time measures the machine's load as much as the code, so failing on it would be
+  a flaky test, not a rule).
+- **no blocking call inside the event loop** (``blockbuster``, autouse): a blocking file, socket,
+  ``time.sleep`` or lock call made in a running loop raises ``BlockingError`` — in the test's loop
+  and in any other the test runs in process (the CLI's, ``anyio.run`` in a sync test). Under trio
+  it sees what runs in a task of a trio-asyncio loop (``open_bridge``: every database-using path),
+  since blockbuster asks ``asyncio.get_running_loop()``, which trio-asyncio answers per trio task;
+  pure trio code outside the bridge is not checked. The allow-list (`_in_procfs`, `_MAY_BLOCK_IN`)
+  names what may block and why.
 """
 
 from __future__ import annotations
@@ -19,6 +36,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from blockbuster import BlockBuster
 
 # The suite tests lexical behaviour exactly; the semantic arm's tests (tests/semantic/test_semantic.py) turn
 # it on explicitly. An explicit KNOWLEDGE_SEMANTIC_ARM in the environment still wins.
@@ -35,11 +53,61 @@ from knowledge.supervisors.embedded_pg import start_embedded, stop_embedded
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     """Both backends; asyncio on a plain selector loop, as a host's ``asyncio.run`` makes it. (Once a
     trio test has imported trio-asyncio, ``asyncio.new_event_loop`` makes trio-asyncio's loops for
-    the rest of the process; a host that never runs trio never imports it.) Tests read the
-    backend's name from ``anyio_backend_name``."""
+    the rest of the process; a host that never runs trio never imports it.) asyncio runs in debug
+    mode (see the module docstring). Tests read the backend's name from ``anyio_backend_name``."""
     if request.param == "asyncio":
-        return "asyncio", {"loop_factory": asyncio.SelectorEventLoop}
+        return "asyncio", {"loop_factory": asyncio.SelectorEventLoop, "debug": True}
     return str(request.param), {}
+
+
+def _in_procfs(target: object, *_: object, **__: object) -> bool:
+    """A read of ``/proc`` (psutil's process checks): the kernel answers from memory, never a disk."""
+    name = getattr(target, "name", target)
+    if not isinstance(name, str | bytes | os.PathLike):
+        return False
+    path = os.fsdecode(name)
+    return path == "/proc" or path.startswith("/proc/")
+
+
+#: Calls that may block by what they touch, not where they are called from (see `_in_procfs`).
+_PROCFS_CALLS = ("io.BufferedReader.read", "io.TextIOWrapper.read", "os.listdir", "os.stat", "os.readlink")
+
+#: Third-party call sites allowed to block inside the loop (any of the checked calls), each because
+#: the library does it by design and it touches only a small local file:
+_MAY_BLOCK_IN: tuple[tuple[str, str], ...] = (
+    # An import inside the loop (the CLI's and the tests' lazy imports): the module body's own path
+    # and file work, once per process — the reads of the import itself blockbuster already allows.
+    ("<frozen importlib._bootstrap>", "_find_and_load"),
+    # asyncpg reads the DSN on each new connection, in the loop, looking for its client files there
+    # (no option turns it off): ~/.pgpass (a stat, and a read if present) when the DSN has no
+    # password, and over TCP ~/.postgresql/ (resolved and stat'ed: SSL certificate, key, CRL).
+    ("asyncpg/connect_utils.py", "_parse_connect_dsn_and_args"),
+)
+
+
+def new_blockbuster() -> BlockBuster:
+    """A `BlockBuster` (not yet activated) with this suite's allowances."""
+    bb = BlockBuster()
+    for name in _PROCFS_CALLS:
+        function = bb.functions[name]
+        default = function.can_block_predicate
+        function.can_block_predicate = lambda *a, _default=default, **k: _in_procfs(*a, **k) or _default(*a, **k)
+    for function in bb.functions.values():
+        for filename, name in _MAY_BLOCK_IN:
+            function.can_block_in(filename, name)
+    return bb
+
+
+@pytest.fixture(autouse=True)
+def blockbuster() -> Iterator[BlockBuster]:
+    """Fail a test that makes a blocking call inside a running event loop (see the module docstring).
+    Outside a loop (sync tests, session fixtures) nothing is checked."""
+    bb = new_blockbuster()
+    bb.activate()
+    try:
+        yield bb
+    finally:
+        bb.deactivate()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import mimetypes
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -101,7 +102,8 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
     media_type = detect_media_type(file, data, as_text=request.get("as_text", False))
     out = replace(out, media_type=media_type, size_bytes=len(data))
     document_id = document_id_for(tenant, found.key, stdin_name)
-    candidates = [document_id] if stdin_name is not None else identity_candidates(tenant, found)
+    candidates = ([document_id] if stdin_name is not None  # resolving the path stats its folders: not on the loop
+                  else await anyio.to_thread.run_sync(identity_candidates, tenant, found))
     known = await live_documents(svc.db, tenant, candidates)
     document_id = next((c for c in candidates if c in known), document_id)
     existing = known.get(document_id)
@@ -251,6 +253,7 @@ def ingest(
     request: dict[str, Any] = {"visibility": visibility, "project_scope": project, "doc_date": when,
                                "authority": authority, "sensitivity": sensitivity, "as_text": as_text,
                                "stdin": stdin}
+    mimetypes.init()  # reads the system's type maps (`detect_media_type`): here, not on the loop
     began = time.perf_counter()
     cut: IngestCut | None = None
     try:

@@ -39,9 +39,12 @@ def _dsn(opts: Options) -> str | None:
 
 async def _current(db: Database) -> bool:
     """Whether every migration this version ships is applied (else the service migrates first)."""
+    import anyio
+
     from knowledge.store.migrate import applied_versions, discover
 
-    return await applied_versions(db) == [m.version for m in discover()]
+    migrations = await anyio.to_thread.run_sync(discover)  # reads the package's files
+    return await applied_versions(db) == [m.version for m in migrations]
 
 
 @contextlib.asynccontextmanager

@@ -29,15 +29,16 @@ NO_TRACES = "n/a (no turns traced)"
 def stats(ctx: typer.Context) -> int:
     """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, citation counts."""
     opts = options(ctx)
+    from knowledge import semantic
+    from knowledge.semantic.encoder import model_version
+
+    settings = opts.settings()
+    # The queue is read without the arm: stats never starts the model. (Before the loop: `enabled`
+    # looks for the extra's packages and model files.)
+    version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
 
     async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None, QueueOverview,
                              Backlog | None]:
-        from knowledge import semantic
-        from knowledge.semantic.encoder import model_version
-
-        settings = opts.settings()
-        # The queue is read without the arm: stats never starts the model.
-        version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
         from knowledge.ingest.attachments import AttachmentQueue
         from knowledge.semantic.queue import queue_backlog
         from knowledge.store.metrics import budget_pressure, ingest_stats

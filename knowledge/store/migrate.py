@@ -90,7 +90,7 @@ async def _apply_pending(conn: Connection) -> list[int]:
     await conn.execute(_BOOKKEEPING)
     applied = {r["version"]: r["checksum"] for r in await conn.fetch(
         "SELECT version, checksum FROM knowledge_schema_migrations")}
-    known = {m.version: m for m in discover()}
+    known = {m.version: m for m in await anyio.to_thread.run_sync(discover)}  # reads the package's files
     unknown = sorted(set(applied) - set(known))
     if unknown:
         raise MigrationError(message=f"database has migrations {unknown} this code does not know; upgrade the code")

@@ -122,7 +122,9 @@ def run_in_pty(*args: str, env: dict[str, str] | None = None, cwd: Path | None =
         chunks.append(data)
     os.close(leader)
     code = proc.wait(timeout=120)
-    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.stderr is not None
+    with proc.stderr:
+        err = proc.stderr.read().decode()
     assert code == 0 or not check, err
     return b"".join(chunks).decode().replace("\r\n", "\n") + err
 

@@ -61,15 +61,20 @@ async def test_gate_corpus_retrieval(default_service: KnowledgeService) -> None:
     search test runs under both), and embedding both corpora is the suite's longest wait."""
     service, tenant = default_service, CORPUS_TENANT
     corpus = QA.parent.parent
-    for path in sorted(corpus.glob("docs-*/**/*.md")):
-        ref = await service.artifacts.put(tenant, path.read_bytes(), media_type="text/markdown")
+
+    def read_corpus() -> list[tuple[Path, bytes]]:  # file reads: in a worker thread, not on the loop
+        return [(path, path.read_bytes()) for path in sorted(corpus.glob("docs-*/**/*.md"))]
+
+    for path, data in await anyio.to_thread.run_sync(read_corpus):
+        ref = await service.artifacts.put(tenant, data, media_type="text/markdown")
         with contextlib.suppress(IngestRefused):  # the one file holding a live-format credential
             await service.ingest(ref, str(path.relative_to(corpus)), "tenant", writer(tenant, "ops"),
                                  origin_trust=TrustLevel.USER)
     if service.drain is not None:
         with anyio.fail_after(900):
             await service.wait_embedded(tenant_id=tenant)
-    questions = [json.loads(line) for line in QA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    questions = [json.loads(line) for line in (await anyio.Path(QA).read_text(encoding="utf-8")).splitlines()
+                 if line.strip()]
     hits = answerable = retrieved = irrelevant = unanswerable_empty = answerable_empty = 0
     for q in questions:
         passages = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="ops", text=q["question"]))

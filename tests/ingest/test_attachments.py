@@ -100,10 +100,10 @@ async def test_marking_rules(service: KnowledgeService, tenant: str) -> None:
 async def test_pdf_upload_inspection_is_kept_on_the_artifact(service: KnowledgeService, tenant: str) -> None:
     """A PDF is inspected at upload; the marker stays on the artifact, and an encrypted PDF is
     recorded refused when marked, never ingested."""
-    good = await upload(service, tenant, (PDFS / "pypdf__crazyones.pdf").read_bytes(), "crazyones.pdf",
-                        "application/pdf")
-    locked = await upload(service, tenant, (PDFS / "pypdf__r2-user-password.pdf").read_bytes(), "locked.pdf",
-                          "application/pdf")
+    good = await upload(service, tenant, await anyio.Path(PDFS / "pypdf__crazyones.pdf").read_bytes(),
+                        "crazyones.pdf", "application/pdf")
+    locked = await upload(service, tenant, await anyio.Path(PDFS / "pypdf__r2-user-password.pdf").read_bytes(),
+                          "locked.pdf", "application/pdf")
     marked_good = await status(service, tenant, good)
     assert marked_good.inspection is not None and marked_good.inspection["ok"] is True
     assert marked_good.inspection["pages"] == 1 and marked_good.inspection["encrypted"] is False
@@ -206,7 +206,7 @@ async def test_the_same_file_sent_twice_at_once_is_one_document(service: Knowled
 
 async def test_a_secret_bearing_attachment_is_refused_and_never_retried(service: KnowledgeService,
                                                                         tenant: str) -> None:
-    ref = await upload(service, tenant, secret_text().encode(), "config-notes.md")
+    ref = await upload(service, tenant, (await anyio.to_thread.run_sync(secret_text)).encode(), "config-notes.md")
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     assert await worker(service, tenant).drain() == 1
     refused = await status(service, tenant, ref)

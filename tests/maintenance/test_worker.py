@@ -115,7 +115,8 @@ async def test_a_backlog_with_refusals_settles_each_attachment_once(service: Kno
     names = [f"runbook-{i:02d}.md" for i in range(26)]
     data = {name: markdown(f"Runbook {i}", f"Step {i}: fail over region {i}, then page the lead.")
             for i, name in enumerate(names)}
-    data |= {"secret.md": secret_text().encode(), "latin1.md": "Caf\xe9 r\xe9seau".encode("latin-1"),
+    secret = await anyio.to_thread.run_sync(secret_text)  # a file read: not on the loop
+    data |= {"secret.md": secret.encode(), "latin1.md": "Caf\xe9 r\xe9seau".encode("latin-1"),
              "blank.md": b"  \n\n\t\n", "runbook-00 (copy).md": data["runbook-00.md"]}
     order = [*names[:10], "secret.md", "latin1.md", *names[10:20], "blank.md", "runbook-00 (copy).md", *names[20:]]
     refs = {name: await upload(service, tenant, data[name], name) for name in order}
@@ -290,26 +291,26 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, setti
     async with document_key_held(settings.dsn, tenant, document_id):
         process = await anyio.open_process(command, cwd=ROOT)
         try:
-            lines = _lines(process)
-            with anyio.fail_after(60):
-                ready = await anext(lines)
-            assert ready["ready"] and len(ready["workers"]) == 1
-            await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
+            async with contextlib.aclosing(_lines(process)) as lines:  # closed here, not by the collector
+                with anyio.fail_after(60):
+                    ready = await anext(lines)
+                assert ready["ready"] and len(ready["workers"]) == 1
+                await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
 
-            async def mid_job() -> bool:
-                seen = await status(service, tenant, ref)
-                return seen.lease_owner == ready["workers"][0] and await _blocked_on_a_lock(service.db)
+                async def mid_job() -> bool:
+                    seen = await status(service, tenant, ref)
+                    return seen.lease_owner == ready["workers"][0] and await _blocked_on_a_lock(service.db)
 
-            await wait_for(mid_job, 60)
-            if how == "sigkill":
-                process.kill()
-                assert await process.wait() == -signal.SIGKILL
-            else:
-                process.terminate()
-                with anyio.fail_after(30):  # hang detector: a clean stop is prompt
-                    assert await process.wait() == 0
-                    stopped = await anext(lines)
-                assert stopped["stopped"] and stopped["workers"][0]["released"] == 1
+                await wait_for(mid_job, 60)
+                if how == "sigkill":
+                    process.kill()
+                    assert await process.wait() == -signal.SIGKILL
+                else:
+                    process.terminate()
+                    with anyio.fail_after(30):  # hang detector: a clean stop is prompt
+                        assert await process.wait() == 0
+                        stopped = await anext(lines)
+                    assert stopped["stopped"] and stopped["workers"][0]["released"] == 1
         finally:
             if process.returncode is None:
                 process.kill()

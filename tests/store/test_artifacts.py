@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import AsyncIterator
@@ -51,7 +52,8 @@ async def test_too_large_is_refused_and_writes_nothing(service: KnowledgeService
             yield b"y" * 1024 * 1024
 
     with pytest.raises(ArtifactTooLarge):
-        await service.artifacts.put(tenant, endless(), media_type="text/plain")
+        async with contextlib.aclosing(endless()) as chunks:  # the caller closes what it made
+            await service.artifacts.put(tenant, chunks, media_type="text/plain")
     assert await service.db.fetchval("SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant) == 0
 
 

@@ -9,6 +9,7 @@ import sys
 import urllib.parse
 import uuid
 
+import anyio
 import pytest
 
 from knowledge.config import Settings
@@ -24,7 +25,7 @@ from tests.conftest import create_database, new_database
 @pytest.mark.anyio
 async def test_migrate_twice_applies_once(admin_dsn: str) -> None:
     dsn = await create_database(admin_dsn, migrated=False)
-    expected = [m.version for m in discover()]
+    expected = [m.version for m in await anyio.to_thread.run_sync(discover)]  # reads files: not on the loop
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge) as db:
         assert await applied_versions(db) == []
         assert await migrate(db) == expected
@@ -123,7 +124,7 @@ async def test_a_missing_database_is_created_when_the_role_may_else_the_error_sa
     settings = Settings(dsn=dsn_with_database(admin_dsn, name), semantic_arm=False, sweep_interval_seconds=None,
                         pool_min_size=1, pool_max_size=2)
     async with KnowledgeService.open(settings) as svc:  # this role may: created, then migrated
-        assert await applied_versions(svc.db) == [m.version for m in discover()]
+        assert await applied_versions(svc.db) == [m.version for m in await anyio.to_thread.run_sync(discover)]
     role = f"kt_plain_{uuid.uuid4().hex[:8]}"
     async with open_bridge() as bridge, Database.open(admin_dsn, bridge=bridge, min_size=1, max_size=1) as admin:
         await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB")

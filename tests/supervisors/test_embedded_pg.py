@@ -43,6 +43,14 @@ def _hold(data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
     return proc, dict(json.loads(line))
 
 
+def _kill(holder: subprocess.Popen[str]) -> None:
+    """SIGKILL a holder and reap it (its stdout pipe closed: no ResourceWarning)."""
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(10)
+    if holder.stdout is not None:
+        holder.stdout.close()
+
+
 def _server_running(data_dir: Path) -> bool:
     return embedded_status(data_dir) is not None
 
@@ -58,8 +66,7 @@ def test_start_again_reuses_the_data_and_the_last_holder_stops_it(data_dir: Path
 
 def test_sigkilled_holder_leaves_a_server_the_next_start_reuses_and_stops(data_dir: Path) -> None:
     holder, facts = _hold(data_dir)
-    os.kill(holder.pid, signal.SIGKILL)
-    holder.wait(10)
+    _kill(holder)
     assert _server_running(data_dir)  # orphaned, with the dead PID still in its holder list
     handles = json.loads((data_dir / "pgdata" / ".handle_pids.json").read_text())
     assert holder.pid in handles
@@ -75,8 +82,7 @@ def test_sigkilled_server_leaves_a_stale_pid_file_and_a_fresh_start_works(data_d
     postmaster = psutil.Process(int(str(facts["pid"])))
     postmaster.kill()
     postmaster.wait(10)
-    os.kill(holder.pid, signal.SIGKILL)
-    holder.wait(10)
+    _kill(holder)
     assert (data_dir / "pgdata" / "postmaster.pid").exists()  # stale
     again = _run(data_dir)
     assert again["reused"] is False and again["pid"] != facts["pid"] and again["rows"] == 2

@@ -300,6 +300,29 @@ async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_
 
 
 @pytest.mark.anyio
+async def test_a_spare_starting_when_its_keeper_is_cancelled_is_killed_and_reaped(anyio_backend_name: str) -> None:
+    """The service closes while a spare is starting: the spare is killed and reaped with its pipes
+    closed (not left running, then a zombie, and a ResourceWarning), and its slot given back."""
+    pool = fake_pool()
+    spawn = pool._spawn
+    started: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def spawn_then_close(*extra: str) -> Process:
+            process = await spawn(*extra)
+            started.append(process.pid)
+            tg.cancel_scope.cancel()  # delivered at the keeper's next checkpoint
+            return process
+
+        pool._spawn = spawn_then_close  # type: ignore[method-assign]
+        loop_slots().used.set()
+        tg.start_soon(pool.keep_spares)
+    assert started and all(gone(pid) for pid in started)
+    slots = loop_slots()
+    assert slots.free == slots.size and not slots.spares
+
+
+@pytest.mark.anyio
 async def test_waiting_jobs_are_served_in_turn_by_tenant(anyio_backend_name: str) -> None:
     """One tenant queues six PDFs, another one a moment later: the second tenant's job takes the
     next slot that frees, not the seventh (`EXTRACTION_OWNER`, set by the ingestor per extraction)."""

@@ -87,7 +87,7 @@ async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> 
     alice = Principal(tenant_id=tenant, principal_id="alice", scopes=frozenset({"knowledge.write"}))
 
     async def ingest(name: str) -> object:
-        data = (PDFS / name).read_bytes()
+        data = await anyio.Path(PDFS / name).read_bytes()
         ref = await service.artifacts.put(tenant, data, media_type="application/pdf", origin=ArtifactOrigin.UPLOAD,
                                           trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=name)
         return await service.ingest(ref, name, "tenant", alice, origin_trust=TrustLevel.USER)
@@ -99,11 +99,12 @@ async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> 
     assert any(len(p) > 1 for p in paths)  # PDF chunks carry headings from the outline
     hits = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="printed text meaning"))
     assert hits
-    inspection = await service.inspect_pdf((PDFS / "pypdf__pdflatex-outline.pdf").read_bytes())
+    inspection = await service.inspect_pdf(await anyio.Path(PDFS / "pypdf__pdflatex-outline.pdf").read_bytes())
     assert inspection["pages"] == 4 and inspection["encrypted"] is False
 
-    encrypted = next(r["file"] for r in manifest() if r["category"] == "encrypted_owner")
-    image_only = next(r["file"] for r in manifest() if r["category"] == "image_only")
+    rows = await anyio.to_thread.run_sync(manifest)  # a file read: not on the loop
+    encrypted = next(r["file"] for r in rows if r["category"] == "encrypted_owner")
+    image_only = next(r["file"] for r in rows if r["category"] == "image_only")
     for name, reason in [(encrypted, "pdf_encrypted"), (image_only, "no_text")]:
         with pytest.raises(IngestRefused) as refused:
             await ingest(name)
