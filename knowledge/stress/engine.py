@@ -99,10 +99,17 @@ class StressOptions:
 
 @dataclass
 class Corpus:
+    """The files a stress run loads, read once, before the load starts (`load` runs in a worker
+    thread): the actors never touch the disk inside the event loop."""
+
     markdown: list[Path]
     pdfs: list[Path]
     secrets: list[str]
     questions: list[str]
+    contents: dict[Path, bytes] = field(default_factory=dict)
+
+    def read(self, path: Path) -> bytes:
+        return self.contents[path]
 
     @classmethod
     def load(cls, root: Path) -> Corpus:
@@ -124,7 +131,7 @@ class Corpus:
         with contextlib.suppress(FileNotFoundError):
             questions = [json.loads(line)["question"] for line in
                          (root / "qa" / "docs-dev.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-        return cls(markdown, pdfs, secrets, questions)
+        return cls(markdown, pdfs, secrets, questions, {p: p.read_bytes() for p in (*markdown, *pdfs)})
 
 
 @dataclass
@@ -278,7 +285,7 @@ class Driver:
         """(bytes, media type, kind) of a random ingest input."""
         r = self.random.random()
         if r < self.options.pdf_share and self.corpus.pdfs:
-            return self.random.choice(self.corpus.pdfs).read_bytes(), "application/pdf", "pdf"
+            return self.corpus.read(self.random.choice(self.corpus.pdfs)), "application/pdf", "pdf"
         r -= self.options.pdf_share
         if r < 0.06 and self.corpus.secrets:
             secret = self.random.choice(self.corpus.secrets)
@@ -288,7 +295,7 @@ class Driver:
         if r < 0.11:
             return b"   \n\n\t\n", "text/plain", "empty"
         path = self.random.choice(self.corpus.markdown)
-        return path.read_bytes(), "text/markdown", "markdown"
+        return self.corpus.read(path), "text/markdown", "markdown"
 
     def live_documents(self) -> list[tuple[uuid.UUID, DocumentFacts]]:
         return [(d, f) for d, f in self.model.documents.items()
@@ -333,7 +340,7 @@ class Driver:
             document_id, facts = self.random.choice(candidates)
             path = self.random.choice(self.corpus.markdown)
             _, ref = await self.timed("put", lambda: self.svc.artifacts.put(
-                facts.tenant_id, path.read_bytes(), media_type="text/markdown", trust=TrustLevel.USER))
+                facts.tenant_id, self.corpus.read(path), media_type="text/markdown", trust=TrustLevel.USER))
             if not isinstance(ref, ArtifactRef):
                 continue
             outcome, doc = await self.timed("version", lambda: self.svc.ingest(
@@ -516,7 +523,7 @@ async def _data_dir(options: StressOptions) -> AsyncIterator[Path]:
     if options.data_dir is not None or options.dsn is not None:
         yield options.data_dir or Path(".")
         return
-    folder = Path(tempfile.mkdtemp(prefix="knowledge-stress-"))
+    folder = Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp, prefix="knowledge-stress-")))
     try:
         yield folder
     finally:
@@ -528,7 +535,7 @@ async def run_stress(options: StressOptions) -> StressReport:
     are cancelled and closed; nothing is reported."""
     if options.corpus is None:
         raise ValueError("StressOptions.corpus: name the shared corpus's folder")
-    corpus = Corpus.load(options.corpus)
+    corpus = await anyio.to_thread.run_sync(Corpus.load, options.corpus)  # file reads: not on the loop
     application_name = f"knowledge-stress-{uuid.uuid4().hex[:8]}"
     tasks_before = running_tasks()
     async with _data_dir(options) as data_dir:
@@ -605,7 +612,7 @@ class KillReport:
 async def victim(data_dir: Path, dsn: str | None, seed: int, corpus_dir: Path) -> None:
     """The host to be killed: ingest forever (Markdown of ``corpus_dir``), printing each acknowledged
     document as a JSON line."""
-    corpus = Corpus.load(corpus_dir)
+    corpus = await anyio.to_thread.run_sync(Corpus.load, corpus_dir)  # file reads: not on the loop
     rng = random.Random(seed)
     settings = Settings(dsn=dsn, data_dir=data_dir, sweep_interval_seconds=None, application_name="knowledge-victim")
     async with KnowledgeService.open(settings) as svc:
@@ -615,7 +622,7 @@ async def victim(data_dir: Path, dsn: str | None, seed: int, corpus_dir: Path) -
         async def ingest_forever() -> None:
             while True:
                 path = rng.choice(corpus.markdown)
-                ref = await svc.artifacts.put("victim", path.read_bytes(), media_type="text/markdown",
+                ref = await svc.artifacts.put("victim", corpus.read(path), media_type="text/markdown",
                                               trust=TrustLevel.USER)
                 try:
                     doc = await svc.ingest(ref, path.stem, "tenant", alice, origin_trust=TrustLevel.USER)
@@ -640,7 +647,8 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, corpus:
     rng = random.Random(seed)
     report = KillReport(rounds, 0, [], [], 0, signal.Signals(signum).name)
     acknowledged: set[uuid.UUID] = set()
-    folder = data_dir or Path(tempfile.mkdtemp(prefix="knowledge-kill-"))
+    folder = data_dir or Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp,
+                                                                               prefix="knowledge-kill-")))
     try:
         for n in range(rounds):
             command = [sys.executable, "-m", "knowledge.stress.engine", "--victim", "--data-dir", str(folder),

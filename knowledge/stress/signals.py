@@ -18,6 +18,7 @@ Used by ``tests/cli/test_cli_signals.py`` and ``scripts/stress_service.py --inte
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -79,6 +80,7 @@ class Round:
         return "finished before the signal" if self.finished_first else f"exit {self.code}, one line"
 
 
+@functools.cache
 def script() -> list[str]:
     """The console script of this interpreter's environment."""
     console = Path(sys.executable).parent / "knowledge"
@@ -217,6 +219,7 @@ async def interrupt_cli(rounds: int, dsn: str, folder: Path, *, loop: str, signa
     docstring). The moments are drawn uniformly over the uninterrupted command's run."""
     env = {**os.environ, **(env or {})}
     env.pop("KNOWLEDGE_DSN", None)
+    await anyio.to_thread.run_sync(script)  # looks for the console script once (a stat): not on the loop
     span, last_line = await full_run(dsn, folder, loop, env)
     # (The interpreter's own start, before the console script's first line installs its handlers,
     # is left out: Python's default handler is in charge there.)

@@ -255,12 +255,14 @@ async def test_closing_the_service_cancels_an_in_flight_ingest(settings: Any, te
 async def test_ingest_both_doc_corpora(service: KnowledgeService, tenant: str) -> None:
     """Every Markdown file of docs-argocd and docs-etcd ingests, or is refused for a credential
     the scanner can name; prints the chunk-size distribution."""
-    files = sorted(CORPUS.glob("docs-*/**/*.md"))
+    contents = await anyio.to_thread.run_sync(  # file reads: not on the loop
+        lambda: {path: path.read_bytes() for path in sorted(CORPUS.glob("docs-*/**/*.md"))})
+    files = list(contents)
     assert len(files) == 551
     refused: dict[str, str] = {}
     sizes: list[int] = []
     for path in files:
-        ref = await put(service, tenant, path.read_bytes(), file_name=path.name)
+        ref = await put(service, tenant, contents[path], file_name=path.name)
         try:
             doc = await service.ingest(ref, path.stem, "tenant", writer(tenant), origin_trust=TrustLevel.USER)
         except IngestRefused as exc:
