@@ -42,8 +42,8 @@ from knowledge.core.ranking import Candidate
 from knowledge.errors import ArmUnavailable, EmbedderUnavailable
 from knowledge.models import KnowledgeQuery
 from knowledge.store.db import Database
-from knowledge.store.retrieval import candidate_from_row
-from knowledge.store.vectors import WINDOW_COUNT, cosines_sql, nearest_sql, scan_options_sql
+from knowledge.store.retrieval import candidate_from_row, nearest_sql
+from knowledge.store.vectors import WINDOW_COUNT, cosines_sql, scan_options_sql
 from knowledge.supervisors.embedder import Embedder
 
 #: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.

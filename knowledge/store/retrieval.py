@@ -8,6 +8,7 @@ from __future__ import annotations
 from knowledge.core.ranking import Candidate
 from knowledge.store.db import Record
 from knowledge.store.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql
+from knowledge.store.vectors import model_literal
 from knowledge.store.visibility import visible
 from knowledge.vocabulary import Authority
 
@@ -94,3 +95,35 @@ def candidate_from_row(row: Record, rank_no: int, arm: str, strength: float) -> 
         instruction_like=row["contains_instruction_like_text"], content_sha256=row["content_sha256"],
         arm_ranks={arm: rank_no}, strength=min(max(strength, 0.0), 1.0),
     )
+
+
+def nearest_sql(version: str, dim: int, exact: bool) -> str:
+    """The nearest windows of model ``version`` (vectors of ``dim``) under `ADMIT` and `LIVE_SET`,
+    folded into chunks by their best window. ``exact``: order by an expression the index cannot
+    serve, so the tenant's rows are read through the (tenant, model) btree and sorted exactly.
+    $1 tenant, $2 query vector, $3 windows fetched, $4 chunks returned, $5 principal, $6 current
+    scope, $7 admitted sensitivities, $8 as_of (NULL: live)."""
+    distance = f"e.embedding::vector({dim}) <=> $2::vector({dim})"
+    # An expression the index cannot serve: the exact pass, through the (tenant, model) btree.
+    order = f"({distance}) + 0" if exact else distance
+    return f"""
+WITH nearest AS MATERIALIZED (
+    SELECT e.chunk_id, {distance} AS distance
+    FROM knowledge_embeddings e
+    JOIN knowledge_chunks c ON c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id
+    JOIN knowledge_documents d ON d.tenant_id = c.tenant_id AND d.document_id = c.document_id AND d.version = c.version
+    WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)}
+      AND {ADMIT} AND {LIVE_SET}
+    ORDER BY {order}
+    LIMIT $3
+), best AS (
+    SELECT chunk_id, min(distance) AS distance FROM nearest GROUP BY chunk_id
+    ORDER BY min(distance), chunk_id LIMIT $4
+)
+SELECT b.chunk_id, 1 - b.distance AS cosine, c.document_id, c.version, c.heading_path, c.text, c.tokens,
+       c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
+FROM best b
+JOIN knowledge_chunks c ON c.tenant_id = $1 AND c.chunk_id = b.chunk_id
+JOIN knowledge_documents d ON d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
+ORDER BY b.distance, b.chunk_id
+"""

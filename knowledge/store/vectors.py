@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 from knowledge.errors import ConfigurationError
 from knowledge.store.db import Database
-from knowledge.store.retrieval import ADMIT, LIVE_SET
 
 _VERSION = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
@@ -97,38 +96,6 @@ async def insert_missing(db: Database, tenant: str, version: str, chunk_ids: Seq
 
 
 # --- the semantic arm's reads -------------------------------------------------------------------
-
-
-def nearest_sql(version: str, dim: int, exact: bool) -> str:
-    """The nearest windows of model ``version`` (vectors of ``dim``) under `ADMIT` and `LIVE_SET`,
-    folded into chunks by their best window. ``exact``: order by an expression the index cannot
-    serve, so the tenant's rows are read through the (tenant, model) btree and sorted exactly.
-    $1 tenant, $2 query vector, $3 windows fetched, $4 chunks returned, $5 principal, $6 current
-    scope, $7 admitted sensitivities, $8 as_of (NULL: live)."""
-    distance = f"e.embedding::vector({dim}) <=> $2::vector({dim})"
-    # An expression the index cannot serve: the exact pass, through the (tenant, model) btree.
-    order = f"({distance}) + 0" if exact else distance
-    return f"""
-WITH nearest AS MATERIALIZED (
-    SELECT e.chunk_id, {distance} AS distance
-    FROM knowledge_embeddings e
-    JOIN knowledge_chunks c ON c.tenant_id = e.tenant_id AND c.chunk_id = e.chunk_id
-    JOIN knowledge_documents d ON d.tenant_id = c.tenant_id AND d.document_id = c.document_id AND d.version = c.version
-    WHERE e.tenant_id = $1 AND e.model_version = {model_literal(version)}
-      AND {ADMIT} AND {LIVE_SET}
-    ORDER BY {order}
-    LIMIT $3
-), best AS (
-    SELECT chunk_id, min(distance) AS distance FROM nearest GROUP BY chunk_id
-    ORDER BY min(distance), chunk_id LIMIT $4
-)
-SELECT b.chunk_id, 1 - b.distance AS cosine, c.document_id, c.version, c.heading_path, c.text, c.tokens,
-       c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
-FROM best b
-JOIN knowledge_chunks c ON c.tenant_id = $1 AND c.chunk_id = b.chunk_id
-JOIN knowledge_documents d ON d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
-ORDER BY b.distance, b.chunk_id
-"""
 
 
 def scan_options_sql(ef_search: int, max_scan_tuples: int) -> str:
