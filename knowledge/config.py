@@ -54,11 +54,12 @@ class Settings(BaseModel):
     application_name: str = "knowledge"
     max_artifact_bytes: int = Field(default=DEFAULT_MAX_ARTIFACT_BYTES, ge=1)
     migrate: bool = True
-    #: How often the service's own sweeper collects expired artifacts; None disables it.
+    #: How often the maintenance worker's sweeper collects expired artifacts and applies the traces'
+    #: retention; None disables it.
     sweep_interval_seconds: float | None = Field(default=300.0, gt=0)
     #: Attachment workers (owner-sent attachments, ADR-0120) the service runs in its own task group,
-    #: beside the artifact sweeper under one supervisor; 0: none here (e.g. `python -m knowledge.maintenance.worker`
-    #: runs them in their own process).
+    #: beside the sweeper under one supervisor; 0: none here (e.g. `knowledge worker` runs them in a
+    #: process of its own).
     attachment_workers: int = Field(default=0, ge=0, le=64)
     #: Restrict this service's attachment workers to one tenant (a dedicated worker); None: all.
     attachment_tenant: str | None = None
