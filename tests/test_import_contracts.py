@@ -1,8 +1,8 @@
 """The layout's rules, held against the code: the import contracts of ``pyproject.toml``
-(``[tool.importlinter]``: the core is pure, each layer imports only those below it) pass, and no
-module reaches the top-level folders by their own names (``parsers``, ``supervisors``,
-``migrations``): an installed wheel has only ``knowledge``, so such an import works from a checkout
-and nowhere else."""
+(``[tool.importlinter]``: the core is pure, no import circle at any depth, each layer imports only
+those below it) pass; no module reaches the top-level folders by their own names (``parsers``,
+``supervisors``, ``migrations``): an installed wheel has only ``knowledge``, so such an import works
+from a checkout and nowhere else; and no SQL statement stands outside the store."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-
-import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -67,54 +65,3 @@ def test_sql_statements_live_in_the_store() -> None:
 def test_the_sql_check_sees_a_statement() -> None:
     assert _STATEMENT.match("\n    SELECT 1 FROM knowledge_chunks") and _STATEMENT.match("WITH x AS (SELECT 1)")
     assert not _STATEMENT.match("select the best passage") and not _STATEMENT.match("Update the docs")
-
-
-def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[list[str]] = []
-    for start in sorted(edges):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(edges[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on.add(child)
-                    work.append((child, iter(sorted(edges.get(child, ())))))
-                elif child in on:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
-def test_no_module_imports_itself_through_others() -> None:
-    """No import circle between the package's modules, counting imports inside functions (a lazy
-    import is still an arrow back)."""
-    graph = grimp.build_graph("knowledge", cache_dir=None)
-    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
-    assert _cycles(edges) == []
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check sees one
