@@ -18,7 +18,6 @@ Used by ``tests/cli/test_cli_signals.py`` and ``scripts/stress_service.py --inte
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 import signal
@@ -80,7 +79,6 @@ class Round:
         return "finished before the signal" if self.finished_first else f"exit {self.code}, one line"
 
 
-@functools.cache
 def script() -> list[str]:
     """The console script of this interpreter's environment."""
     console = Path(sys.executable).parent / "knowledge"
@@ -98,11 +96,12 @@ def _session(pid: int) -> list[psutil.Process]:
     return alive
 
 
-async def full_run(dsn: str, folder: Path, loop: str, env: dict[str, str]) -> tuple[float, str]:
+async def full_run(knowledge: Sequence[str], dsn: str, folder: Path, loop: str, env: dict[str, str]
+                   ) -> tuple[float, str]:
     """How long the uninterrupted command takes (the span the signal's moment is drawn from), and
-    the last line it prints."""
+    the last line it prints. ``knowledge``: the console script's command (`script`)."""
     began = time.monotonic()
-    done = await anyio.run_process([*script(), "--dsn", dsn, "--tenant", f"sig-full-{uuid.uuid4().hex[:8]}",
+    done = await anyio.run_process([*knowledge, "--dsn", dsn, "--tenant", f"sig-full-{uuid.uuid4().hex[:8]}",
                                     "--loop", loop, "ingest", str(folder)], env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the uninterrupted ingest failed: {done.stderr.decode(errors='replace')[-400:]}")
@@ -114,11 +113,11 @@ def _last_line(out: bytes) -> str:
     return lines[-1] if lines else ""
 
 
-async def one_round(dsn: str, folder: Path, files: int, loop: str, signum: int, delay: float, twice: bool,
-                    env: dict[str, str], last_line: str) -> Round:
+async def one_round(knowledge: Sequence[str], dsn: str, folder: Path, files: int, loop: str, signum: int,
+                    delay: float, twice: bool, env: dict[str, str], last_line: str) -> Round:
     tenant = f"sig-{uuid.uuid4().hex[:10]}"
     result = Round(loop=loop, signum=signum, delay=delay, twice=twice)
-    command = [*script(), "--dsn", dsn, "--tenant", tenant, "--loop", loop, "ingest", str(folder)]
+    command = [*knowledge, "--dsn", dsn, "--tenant", tenant, "--loop", loop, "ingest", str(folder)]
     process = await anyio.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                        start_new_session=True)
     stdout, stderr = bytearray(), bytearray()
@@ -219,14 +218,14 @@ async def interrupt_cli(rounds: int, dsn: str, folder: Path, *, loop: str, signa
     docstring). The moments are drawn uniformly over the uninterrupted command's run."""
     env = {**os.environ, **(env or {})}
     env.pop("KNOWLEDGE_DSN", None)
-    await anyio.to_thread.run_sync(script)  # looks for the console script once (a stat): not on the loop
-    span, last_line = await full_run(dsn, folder, loop, env)
+    knowledge = await anyio.to_thread.run_sync(script)  # looks for the console script (a stat): not on the loop
+    span, last_line = await full_run(knowledge, dsn, folder, loop, env)
     # (The interpreter's own start, before the console script's first line installs its handlers,
     # is left out: Python's default handler is in charge there.)
     files = await anyio.to_thread.run_sync(_count_files, folder)
     rng = random.Random(seed)
-    return [await one_round(dsn, folder, files, loop, rng.choice(list(signals)), rng.uniform(STARTUP_SECONDS, span),
-                            rng.random() < twice_share, env, last_line)
+    return [await one_round(knowledge, dsn, folder, files, loop, rng.choice(list(signals)),
+                            rng.uniform(STARTUP_SECONDS, span), rng.random() < twice_share, env, last_line)
             for _ in range(rounds)]
 
 
