@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from knowledge.errors import DeleteRefused
 from knowledge.models import Principal
+from knowledge.store.artifacts import LIVE
 from knowledge.store.db import Connection, Database, is_transient
 from knowledge.store.locks import lock_document
 from knowledge.store.retry import retry_transient
@@ -131,6 +132,13 @@ class ConversationDeleted(BaseModel):
 #: keep an attachment-made document alive. A refused or failed attachment never becomes one.
 REFERENCING_STATES = ("pending", "ingesting", "ingested")
 
+# Whether a live attachment (`LIVE`) in one of `REFERENCING_STATES` still refers to a document:
+# $1 tenant, $2 document, $3 the states.
+_REFERENCED = f"""
+SELECT 1 FROM artifacts
+WHERE tenant_id = $1 AND attachment_document_id = $2 AND attachment_state = ANY($3::text[]) AND {LIVE}
+LIMIT 1"""
+
 
 async def cascade_delete(tx: Connection, tenant: str, document_id: uuid.UUID, cause: dict[str, Any]) -> int:
     """The deletion cascade of `delete_document` inside the caller's transaction, for a deletion the
@@ -175,11 +183,7 @@ async def withdraw_unreferenced(tx: Connection, tenant: str, document_ids: Itera
     documents = chunks = 0
     for document_id in sorted(set(document_ids)):
         await lock_document(tx, tenant, document_id)
-        referenced = await tx.fetchval(
-            """SELECT 1 FROM artifacts
-               WHERE tenant_id = $1 AND attachment_document_id = $2 AND attachment_state = ANY($3::text[])
-                 AND (expires_at IS NULL OR expires_at > clock_timestamp())
-               LIMIT 1""", tenant, document_id, list(REFERENCING_STATES))
+        referenced = await tx.fetchval(_REFERENCED, tenant, document_id, list(REFERENCING_STATES))
         if referenced:
             continue
         exists = await tx.fetchval(
