@@ -29,6 +29,24 @@ class EmbeddedServerError(DatabaseUnavailable):
     reason = "embedded_server"
 
 
+class CommitUnknown(DatabaseUnavailable):
+    """COMMIT was sent, its answer was lost, and the database could not be asked since whether it
+    took effect: the write is in, or nothing of it is (never part of it). The same request again
+    finds out (an ingest's document id is fixed: a committed one is ``document_exists``, or
+    ``unchanged`` to the CLI)."""
+
+    reason = "commit_unknown"
+
+    @classmethod
+    def of(cls, document_id: object, cause: BaseException | None) -> CommitUnknown:
+        """The error for one document, ``cause`` the fault that kept the database from answering."""
+        detail = f" ({cause})" if cause is not None else ""
+        error = cls(message=f"document {document_id}: COMMIT was sent and its answer lost; the database could "
+                            f"not be asked since whether it took effect{detail}")
+        error.__cause__ = cause
+        return error
+
+
 class MigrationError(KnowledgeError):
     reason = "migration"
 

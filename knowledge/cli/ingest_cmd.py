@@ -127,7 +127,9 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
 
 
 #: Errors that end the command (exit 3) rather than refuse one file.
-UNAVAILABLE = ("database_unavailable", "embedded_server")
+UNAVAILABLE = ("database_unavailable", "embedded_server", "commit_unknown")
+#: Files the database went away from: not written, or committing as it went (in, or not at all).
+CUT_REASONS = ("not_ingested", "commit_unknown")
 
 
 def lost_database(exc: BaseException) -> KnowledgeError | None:
@@ -280,10 +282,12 @@ def ingest(
                               "--wait-embedded SECONDS waits for them here")
     if cut is not None:
         landed = sum(r.outcome in OK_OUTCOMES for r in results)
+        in_doubt = counts.get("commit_unknown", 0)
         raise CliError(f"database unavailable: {' '.join(cut.error.message.split())[:300]} — {landed} of "
-                       f"{len(results)} files were in before it went away (whole documents; one committing as "
-                       "it went may be in too; run the same command again for the rest: what is in is "
-                       "unchanged)", EXIT_UNAVAILABLE)
+                       f"{len(results)} files were in before it went away (whole documents"
+                       + (f"; {in_doubt} more were committing as it went and are whole or not at all"
+                          if in_doubt else "")
+                       + "; run the same command again for the rest: what is in is unchanged)", EXIT_UNAVAILABLE)
     return code
 
 
@@ -375,13 +379,21 @@ async def _ingest_run(opts: Options, principal: Principal, files: list[Found], r
 
 
 def landed(upload: _Upload, outcome: Outcome | None) -> FileOutcome:
-    """A file's outcome without the database (it went away): committed, refused, or not written."""
+    """A file's outcome without the database (it went away): committed, refused, not written, or
+    committing as it went (``commit_unknown``: the whole document is in, or nothing of it)."""
+    from knowledge.errors import CommitUnknown
     from knowledge.models import KnowledgeDocument
 
     out = upload.out
     if isinstance(outcome, KnowledgeDocument):
         return replace(out, outcome="new_version" if upload.existing else "ingested",
                        document_id=outcome.document_id, version=outcome.version)
+    if isinstance(outcome, CommitUnknown):
+        request = upload.request
+        return replace(out, reason=outcome.reason,
+                       document_id=(request.document_id or request.replaces) if request is not None else None,
+                       message="the database went away as it committed: the whole document is in, or nothing "
+                               "of it; the same command again settles it")
     if isinstance(outcome, KnowledgeError) and lost_database(outcome) is None:
         return replace(out, reason=outcome.reason, message=outcome.message)
     return replace(out, reason="not_ingested", message="the database went away first")
@@ -420,8 +432,9 @@ def _report(opts: Options, results: list[FileOutcome], counts: dict[str, int], e
     if done and len(done) <= 20:
         out.table("Ingested", ["path", "document", "v", "chunks", "type"],
                   [(r.path, r.document_id, r.version, r.chunks, r.media_type) for r in done], wrap=["path"])
-    refused = [r for r in results if r.outcome not in OK_OUTCOMES and r.reason != "not_ingested"]
-    untried = len(results) - len(done) - counts.get("unchanged", 0) - len(refused)
+    refused = [r for r in results if r.outcome not in OK_OUTCOMES and r.reason not in CUT_REASONS]
+    in_doubt = counts.get("commit_unknown", 0)
+    untried = counts.get("not_ingested", 0)
     if refused:
         out.table("Refused", ["path", "reason", "detail"], [(r.path, r.reason, _detail(r)) for r in refused],
                   wrap=["path", "detail"])
@@ -431,6 +444,7 @@ def _report(opts: Options, results: list[FileOutcome], counts: dict[str, int], e
     files = f"{len(results)} file{'s' * (len(results) != 1)}"
     out.line(f"{files}, {human_bytes(size)} in {elapsed:.1f}s: {len(done)} ingested, "
              f"{counts.get('unchanged', 0)} unchanged, {len(refused)} refused"
-             + (f", {untried} not ingested (the database went away)" if untried else ""))
+             + (f", {untried} not ingested (the database went away)" if untried else "")
+             + (f", {in_doubt} in doubt (committing as it went: whole or not at all)" if in_doubt else ""))
     if len(done) > 20:
         out.line("list them with: knowledge docs list")

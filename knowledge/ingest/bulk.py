@@ -22,6 +22,8 @@ outcome counter, as in the single path. If a group's statement fails for any rea
 id that exists, a source that vanished, a database fault — the transaction rolls back and every
 document of the group is committed on its own through the single path's step 7 (its retries, and
 the resolution of a COMMIT whose reply was lost), so each ends committed or with its own error.
+A group whose own COMMIT lost its answer is resolved first (`_resolve`): its documents are all in,
+or all written one at a time, or — the database not answering since — each is `CommitUnknown`.
 Requests that replace a document (a new version) take the single path.
 
 Cancellation: the group in flight rolls back; groups committed before stay, each reported through
@@ -44,7 +46,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from knowledge.core.prepare import IngestRequest, PreparedDocument
-from knowledge.errors import KnowledgeError
+from knowledge.errors import CommitUnknown, KnowledgeError
 from knowledge.ingest.ingestor import Ingestor, document_of
 from knowledge.models import ArtifactRef, KnowledgeDocument
 from knowledge.store.artifacts import Opened, ref_from_row
@@ -204,7 +206,6 @@ async def _group_all(received: ObjectReceiveStream[_Prepared], send: ObjectSendS
 async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> None:
     """Commit a group in one statement, or each of its documents on its own if that fails."""
     bulk = [p for p in group if p.request.replaces is None]
-    commit_sent = False
     if len(bulk) > 1:
         attempt = _Attempt()
         try:
@@ -212,7 +213,8 @@ async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> No
         except Exception as exc:  # whatever failed, each document is tried alone below
             _log.info("a group of %d documents could not be written in one statement (%s); one at a time",
                       len(bulk), exc)
-            commit_sent = attempt.commit_sent
+            if attempt.commit_sent:
+                group = await _resolve(ingestor, bulk, done) + [p for p in group if p.request.replaces is not None]
         else:
             for p, document in zip(bulk, documents, strict=True):
                 done(p.index, document)
@@ -220,21 +222,36 @@ async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> No
             group = [p for p in group if p.request.replaces is not None]
     for p in group:
         try:
-            document = await ingestor.counted(p.request.principal.tenant_id, _alone, ingestor, p, commit_sent)
+            document = await ingestor.counted(p.request.principal.tenant_id, _alone, ingestor, p)
         except Exception as exc:
             done(p.index, exc)
         else:
             done(p.index, document)
 
 
-async def _alone(ingestor: Ingestor, p: _Prepared, commit_sent: bool) -> KnowledgeDocument:
-    """The single path's step 7 for one prepared document; first, if the group's COMMIT was sent
-    and its outcome is unknown, whether it wrote the document after all."""
-    if commit_sent and p.request.replaces is None and p.request.document_id is not None:
-        found = await ingestor.committed(p.request, p.source, p.request.document_id, 1)
-        if found is not None:
-            return found
+async def _alone(ingestor: Ingestor, p: _Prepared) -> KnowledgeDocument:
+    """The single path's step 7 for one prepared document."""
     return await ingestor.commit_prepared(p.request, p.source, p.prepared)
+
+
+async def _resolve(ingestor: Ingestor, bulk: list[_Prepared], done: OnDone) -> list[_Prepared]:
+    """After the group's COMMIT lost its answer, what it did. The group is one transaction: if its
+    first document is not in, none is, and all are returned to be written one at a time; if it is,
+    each is reported committed. If the database cannot be asked, each of the rest is reported
+    `CommitUnknown` (in, or not at all) — never "not written", which might be false."""
+    for i, p in enumerate(bulk):
+        assert p.request.document_id is not None
+        try:
+            found = await ingestor.resolve_commit(p.request, p.source, p.request.document_id, 1)
+        except CommitUnknown as unknown:
+            for q in bulk[i:]:
+                done(q.index, unknown if q is p else CommitUnknown.of(q.request.document_id, unknown.__cause__))
+            return []
+        if found is None:  # (a later one missing would break the transaction's all-or-nothing: write it)
+            return bulk[i:]
+        done(p.index, found)
+    ingestor.wake_drain()
+    return []
 
 
 @dataclass

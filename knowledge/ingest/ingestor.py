@@ -35,7 +35,7 @@ from knowledge.core.chunking import (
     Chunker,
 )
 from knowledge.core.prepare import IngestRequest, PreparedDocument, prepare
-from knowledge.errors import ArtifactNotFound, ExtractionRefused, IngestRefused
+from knowledge.errors import ArtifactNotFound, CommitUnknown, DatabaseUnavailable, ExtractionRefused, IngestRefused
 from knowledge.models import (
     ArtifactRef,
     KnowledgeDocument,
@@ -128,21 +128,21 @@ class Ingestor:
 
         Cancellation: the transaction rolls back and nothing of the attempt remains (the outcome
         counter is not touched). A transient database fault is retried (`knowledge.store.retry`: the
-        same document id, and after a COMMIT of unknown outcome the committed version is looked
-        up first); once retries are spent it is `DatabaseUnavailable`. Failures leave nothing;
-        they are counted as ``failed`` and re-raised.
+        same document id, and after a COMMIT of unknown outcome the committed version is looked up
+        first — `CommitUnknown` if the database cannot be asked); once retries are spent it is
+        `DatabaseUnavailable`. Failures leave nothing; they are counted as ``failed`` and re-raised.
         """
         return await self.counted(request.principal.tenant_id, self._ingest, request)
 
     async def counted(self, tenant: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn(*args)`` (some steps of an ingest), counting a refusal or a failure as
-        `ingest` does; a cancellation is not counted."""
+        `ingest` does; a cancellation is not counted, nor a `CommitUnknown` (it may be in)."""
         try:
             return await fn(*args)
         except IngestRefused as refusal:
             await self._count(tenant, "refused", refusal.reason)
             raise
-        except anyio.get_cancelled_exc_class():
+        except (anyio.get_cancelled_exc_class(), CommitUnknown):  # (that one may have been accepted)
             raise
         except Exception as exc:
             await self._count(tenant, "failed", type(exc).__name__)
@@ -272,12 +272,8 @@ class Ingestor:
                 if not is_transient(exc):
                     raise
                 fault = exc
-            if attempt.commit_sent:  # shielded: a cancelled caller must not be left not knowing
-                with anyio.CancelScope(shield=True):
-                    found = await retry_transient(
-                        f"resolving the commit of {document_id}",
-                        functools.partial(self.committed, request, source, document_id, attempt.version),
-                        self.retry_delays)
+            if attempt.commit_sent:
+                found = await self.resolve_commit(request, source, document_id, attempt.version)
                 if found is not None:
                     return found
             if delay is None:
@@ -317,6 +313,20 @@ class Ingestor:
             await self.fault("after_commit", tx)
         return document_of(request, document_id, attempt.version, ref_from_row(row), source.media_type,
                          prepared.chunker_version, row["ingested_at"])
+
+    async def resolve_commit(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
+                             version: int) -> KnowledgeDocument | None:
+        """After a COMMIT whose answer was lost: the version it wrote, or None if it wrote nothing —
+        asked again after transient faults, shielded (a cancelled caller must not be left not
+        knowing). If the database cannot be asked, `CommitUnknown`."""
+        try:
+            with anyio.CancelScope(shield=True):
+                found: KnowledgeDocument | None = await retry_transient(
+                    f"resolving the commit of {document_id}",
+                    functools.partial(self.committed, request, source, document_id, version), self.retry_delays)
+        except DatabaseUnavailable as exc:
+            raise CommitUnknown.of(document_id, exc) from exc
+        return found
 
     async def committed(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
                          version: int) -> KnowledgeDocument | None:

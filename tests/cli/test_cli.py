@@ -28,7 +28,6 @@ import anyio
 import pytest
 
 from knowledge.cli.app import hoist_global_flags, main
-from knowledge.cli.context import CLI_POOL_SIZE
 from knowledge.cli.files import detect_media_type
 from knowledge.cli.search_cmd import parse_as_of
 from knowledge.config import Settings
@@ -546,14 +545,16 @@ def test_console_script_and_the_embedded_server_lifecycle(tmp_path: Path, corpus
     assert after.returncode == 3 and "not running" in after.stdout
 
 
-def _documents(dsn: str, tenant: str) -> int:
-    async def count() -> int:
+def _documents(dsn: str, tenant: str) -> set[str]:
+    """The ids of the tenant's documents (as the CLI's JSON writes them)."""
+    async def ids() -> set[str]:
         from knowledge.store.db import Database, open_bridge
 
         async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-            return int(await db.fetchval("SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1", tenant))
+            rows = await db.fetch("SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)
+            return {str(r["document_id"]) for r in rows}
 
-    return anyio.run(count)
+    return anyio.run(ids)
 
 
 @pytest.mark.slow
@@ -573,7 +574,7 @@ def test_db_stop_refuses_while_an_ingest_runs_and_forced_the_ingest_says_what_la
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 60
-        while _documents(dsn, "cut") < 20 and ingest.poll() is None and time.monotonic() < deadline:
+        while len(_documents(dsn, "cut")) < 20 and ingest.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         refused = _script("--data-dir", data_dir, "db", "stop", env=env)
         assert refused.returncode == 1 and "clients connected" in refused.stderr and "--force" in refused.stderr
@@ -587,18 +588,49 @@ def test_db_stop_refuses_while_an_ingest_runs_and_forced_the_ingest_says_what_la
     assert ingest.returncode == 3, err
     report = json.loads(out)
     landed = [f for f in report["files"] if f["outcome"] == "ingested"]
+    in_doubt = [f for f in report["files"] if f["reason"] == "commit_unknown"]
     assert 20 <= len(landed) < 2000 and report["exit_code"] == 3
-    assert {f["reason"] for f in report["files"] if f["outcome"] != "ingested"} == {"not_ingested"}
+    assert {f["reason"] for f in report["files"] if f["outcome"] != "ingested"} <= {"not_ingested", "commit_unknown"}
+    assert report["outcomes"].get("commit_unknown", 0) == len(in_doubt)
     last = err.strip().splitlines()[-1]
     assert last.startswith("knowledge: database unavailable") and f"{len(landed)} of 2000 files" in last, err
+    assert (f"{len(in_doubt)} more were committing as it went" in last) == bool(in_doubt), err
     assert "Traceback" not in err
     try:
         assert _script("--data-dir", data_dir, "db", "start", env=env).returncode == 0
-        # What it said landed, and nothing else — but for commits in flight when the server went (their
-        # answer lost with it): at most one per connection of the command's pool.
-        assert len(landed) <= _documents(dsn, "cut") <= len(landed) + CLI_POOL_SIZE
+        # What it said landed is in; what it said was not written is not; a document whose COMMIT was in
+        # flight as the server went (its answer lost) was reported so, and is whole or not at all.
+        stored = _documents(dsn, "cut")
+        assert {f["document_id"] for f in landed} <= stored <= {f["document_id"] for f in landed + in_doubt}
+        # Run again: everything in is unchanged, the rest goes in, nothing is doubled.
+        again = _script("--data-dir", data_dir, "--tenant", "cut", "--json", "ingest", str(folder), env=env)
+        assert again.returncode == 0, again.stderr
+        outcomes = json.loads(again.stdout)["outcomes"]
+        assert outcomes == {"unchanged": len(stored), "ingested": 2000 - len(stored)}
+        assert len(_documents(dsn, "cut")) == 2000
     finally:
         _script("--data-dir", data_dir, "db", "stop", "--force", env=env)
+
+
+def test_a_cut_ingest_tells_not_written_from_committing_as_it_went() -> None:
+    """What each file came to when the database went away: a file whose COMMIT was in flight is
+    ``commit_unknown`` with its document id (whole or not at all; the next run settles it), never
+    ``not_ingested``, which would be false if it took effect."""
+    from types import SimpleNamespace
+
+    from knowledge.cli.ingest_cmd import FileOutcome, _Run, _Upload, tally
+    from knowledge.errors import CommitUnknown, DatabaseUnavailable
+
+    ids = [uuid.uuid4() for _ in range(4)]
+    files = [_Upload(FileOutcome(f"f{i}.md", "refused"), SimpleNamespace(document_id=ids[i], replaces=None))  # type: ignore[arg-type]
+             for i in range(4)]
+    run = _Run(uploads=files, pending=files)
+    run.done = {1: CommitUnknown.of(ids[1], None), 2: DatabaseUnavailable(message="gone")}
+    results = run.cut(DatabaseUnavailable(message="gone")).results
+    assert [(r.reason, r.document_id) for r in results] == [
+        ("not_ingested", None), ("commit_unknown", ids[1]), ("not_ingested", None), ("not_ingested", None)]
+    assert "whole document is in, or nothing" in (results[1].message or "")
+    assert tally(results) == {"not_ingested": 3, "commit_unknown": 1}
 
 
 def test_worker_runs_until_sigterm(database_dsn: str) -> None:

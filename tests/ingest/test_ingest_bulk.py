@@ -12,10 +12,11 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import asyncpg
 import pytest
 
 from knowledge.core.prepare import IngestRequest
-from knowledge.errors import IngestRefused
+from knowledge.errors import CommitUnknown, IngestRefused
 from knowledge.ingest import bulk as ingest_bulk
 from knowledge.ingest.ingestor import Ingestor
 from knowledge.maintenance.audit import audit_storage
@@ -144,6 +145,65 @@ async def test_cancellation_mid_batch_leaves_only_whole_documents(service: Knowl
     assert stored == committed
     await whole_documents(service, tenant)
     assert nothing_but_inputs(await footprint(service, f"{tenant}-none"))
+
+
+@pytest.mark.parametrize("after", ["in", "not_in", "cannot_ask"])
+async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: KnowledgeService, tenant: str,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      after: str) -> None:
+    """The first group's COMMIT loses its answer. It took effect (``in``): each document is reported
+    committed, nothing is written twice. The connection died first (``not_in``): the group is written
+    one document at a time. It took effect but the database cannot be asked since (``cannot_ask``):
+    each of its documents is `CommitUnknown` — never reported as not written — and is in, whole."""
+    monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 3)
+    monkeypatch.setattr(ingest_bulk, "WRITERS", 1)  # groups in order: the first is the one that loses its answer
+    service.ingestor.retry_delays = (0.01, 0.02)
+    alone = ingest_bulk._alone
+    singles: list[Any] = []
+
+    async def counted_alone(*args: Any) -> Any:
+        singles.append(args)
+        return await alone(*args)
+
+    monkeypatch.setattr(ingest_bulk, "_alone", counted_alone)
+    if after == "cannot_ask":
+        async def unreachable(*args: Any) -> Any:
+            raise asyncpg.ConnectionDoesNotExistError("the server is gone")
+
+        monkeypatch.setattr(service.ingestor, "committed", unreachable)
+    backend: list[int] = []
+
+    async def hook(at: str, conn: Any) -> None:
+        if at == "before_commit" and not backend:
+            backend.append(await conn.fetchval("SELECT pg_backend_pid()"))
+        elif at == "commit" and after == "not_in" and len(backend) == 1:  # COMMIT goes to a dead connection
+            backend.append(await service.db.fetchval("SELECT pg_terminate_backend($1)", backend[0]))
+            await anyio.sleep(0.2)  # (the backend is gone before COMMIT is sent)
+        elif at == "after_commit" and after != "not_in" and len(backend) == 1:
+            backend.append(0)
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    service.ingestor.fault_hook = hook
+    refs = [await put(service, tenant, text(n)) for n in range(6)]
+    requests = [request(r, tenant, f"doc {i}", document_id=uuid.uuid4()) for i, r in enumerate(refs)]
+    outcomes = await service.ingest_many(requests)
+    assert len(backend) == 2
+    stored = {r["document_id"] for r in await service.db.fetch(
+        "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
+    assert stored == {r.document_id for r in requests}  # each once (an id is never written twice)
+    first, rest = outcomes[:3], outcomes[3:]
+    assert all(isinstance(o, KnowledgeDocument) for o in rest)
+    if after == "cannot_ask":
+        assert [type(o) for o in first] == [CommitUnknown] * 3
+        assert all(str(r.document_id) in o.message for r, o in zip(requests, first, strict=False))
+        assert singles == []
+    else:
+        assert [o.document_id for o in first if isinstance(o, KnowledgeDocument)] == [
+            r.document_id for r in requests[:3]]
+        assert len(singles) == (3 if after == "not_in" else 0)
+    stats = await service.ingest_stats(tenant)
+    assert (stats.accepted, stats.failed) == (6, {})
+    await whole_documents(service, tenant)
 
 
 class _Counting:

@@ -4,6 +4,7 @@ See `knowledge.store.retry` for which operations are retried and why that is saf
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import anyio
@@ -12,8 +13,9 @@ import pytest
 
 import knowledge.store.deletion as lifecycle
 import knowledge.store.retry as retry
-from knowledge.errors import DatabaseUnavailable
-from knowledge.models import KnowledgeQuery, TrustLevel
+from knowledge.core.prepare import IngestRequest
+from knowledge.errors import CommitUnknown, DatabaseUnavailable, IngestRefused
+from knowledge.models import KnowledgeQuery, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from tests.ingest.test_ingest import DOC, footprint, put, writer
@@ -86,6 +88,46 @@ async def test_a_commit_whose_reply_was_lost_is_resolved_not_repeated(service: K
     assert (lost, v2.version) == (1, 2)
     versions = await service.document_versions(doc.document_id, tenant_id=tenant)
     assert [v.document.version for v in versions] == [1, 2]
+
+
+async def test_a_lost_commit_the_database_cannot_be_asked_about_is_commit_unknown(service: KnowledgeService,
+                                                                                   tenant: str,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    """COMMIT took effect, its answer was lost, and every attempt to ask the database since fails:
+    the caller is told `CommitUnknown` (a `DatabaseUnavailable`: in, or nothing of it) — not a
+    plain "unavailable" that reads as "not written" — and it is not counted as a failure. The same
+    request again, the database back, is ``document_exists``: it was in."""
+    lost, asked = 0, 0
+
+    async def hook(at: str, conn: Connection) -> None:
+        nonlocal lost
+        if at == "after_commit" and not lost:
+            lost += 1
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    async def unreachable(*args: Any) -> Any:
+        nonlocal asked
+        asked += 1
+        raise asyncpg.ConnectionDoesNotExistError("the server is gone")
+
+    service.ingestor.fault_hook = hook
+    monkeypatch.setattr(service.ingestor, "committed", unreachable)
+    ref = await put(service, tenant, DOC)
+    request = IngestRequest(source=ref, title="G", visibility=Visibility.TENANT, principal=writer(tenant),
+                            origin_trust=TrustLevel.USER, document_id=uuid.uuid4())
+    with pytest.raises(CommitUnknown) as raised:
+        await service.ingestor.ingest(request)
+    assert isinstance(raised.value, DatabaseUnavailable) and raised.value.reason == "commit_unknown"
+    assert str(request.document_id) in raised.value.message
+    assert (lost, asked) == (1, len(FAST) + 1)
+    assert (await footprint(service, tenant))["documents"] == 1  # it was in
+    stats = await service.ingest_stats(tenant)
+    assert (stats.accepted, stats.failed) == (1, {})
+    monkeypatch.undo()
+    with pytest.raises(IngestRefused) as again:
+        await service.ingestor.ingest(request)
+    assert again.value.reason == "document_exists"
 
 
 async def test_ingest_that_keeps_failing_is_database_unavailable_and_leaves_nothing(service: KnowledgeService,
