@@ -243,7 +243,8 @@ async def _resolve(ingestor: Ingestor, bulk: list[_Prepared], done: OnDone) -> l
         assert p.request.document_id is not None
         try:
             found = await ingestor.resolve_commit(p.request, p.source, p.request.document_id, 1)
-        except CommitUnknown as unknown:
+        except Exception as exc:  # (the lookup failing otherwise leaves the outcome as unknown)
+            unknown = exc if isinstance(exc, CommitUnknown) else CommitUnknown.of(p.request.document_id, exc)
             for q in bulk[i:]:
                 done(q.index, unknown if q is p else CommitUnknown.of(q.request.document_id, unknown.__cause__))
             return []
