@@ -16,8 +16,11 @@ WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1 ORD
 # Sessions of an application other than the asking one: $1 application name.
 SESSIONS_OF = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()"
 
-# Sessions of an application, the asking one included: $1 application name.
-ALL_SESSIONS_OF = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+# Sessions of an application in the asking session's database: $1 application name. (Other
+# databases of the server are other users': the signal harness runs both loops at once, each in its own.)
+DATABASE_SESSIONS_OF = """
+SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()
+"""
 
 # Terminate about half the sessions of an application other than the asking one (a fault the stress
 # engine injects): $1 application name.

@@ -40,7 +40,7 @@ from knowledge.store.audit import UNEXPIRING
 from knowledge.store.catalog import DOCUMENT_ROWS
 from knowledge.store.db import Database, open_bridge
 from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
-from knowledge.store.server import ALL_SESSIONS_OF
+from knowledge.store.server import DATABASE_SESSIONS_OF
 
 #: A command still running this long after the signal is hung.
 HANG_SECONDS = 60.0
@@ -200,7 +200,7 @@ async def _judge_leftovers(pid: int, dsn: str, tenant: str) -> list[str]:
             p.kill()
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
         async def connections() -> int:
-            return int(await db.fetchval(ALL_SESSIONS_OF, APPLICATION))
+            return int(await db.fetchval(DATABASE_SESSIONS_OF, APPLICATION))
 
         if still := await _settle(connections):
             problems.append(f"{still} connections of the command still open")

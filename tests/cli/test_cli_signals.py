@@ -67,6 +67,28 @@ def test_sigint_and_sigterm_at_random_moments_of_an_ingest_under_both_loops(admi
         assert any(r.twice for r in interrupted), report
 
 
+def test_the_harness_counts_the_connections_left_in_its_own_database_only(admin_dsn: str) -> None:
+    """A connection the command left open in its database is a problem; one of the same application
+    in another database — the other loop's command, running at the same time — is not."""
+    import asyncpg
+
+    from knowledge.stress.signals import APPLICATION, _judge_leftovers
+
+    here, there = new_database(admin_dsn), new_database(admin_dsn)
+    ended = subprocess.Popen(["true"], start_new_session=True)  # a session with nothing left in it
+    ended.wait()
+
+    async def judge(leaked_in: str) -> list[str]:
+        leaked = await asyncpg.connect(leaked_in, server_settings={"application_name": APPLICATION})
+        try:
+            return await _judge_leftovers(ended.pid, here, "sig-harness")
+        finally:
+            await leaked.close()
+
+    assert anyio.run(judge, there) == []
+    assert anyio.run(judge, here) == ["1 connections of the command still open"]
+
+
 def test_an_interrupted_command_stops_the_embedded_server_it_started(tmp_path: Path) -> None:
     """Without a DSN the command starts its own server; interrupted, it stops it on the way out."""
     _corpus()
