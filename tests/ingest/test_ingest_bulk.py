@@ -46,6 +46,19 @@ def request(ref: ArtifactRef, tenant: str, title: str, **kw: Any) -> IngestReque
                          origin_trust=TrustLevel.USER, **kw)
 
 
+def single_writes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Records each document written on its own (the single path's step 7) rather than in a group."""
+    alone = ingest_bulk._alone
+    singles: list[Any] = []
+
+    async def counted_alone(*args: Any) -> Any:
+        singles.append(args)
+        return await alone(*args)
+
+    monkeypatch.setattr(ingest_bulk, "_alone", counted_alone)
+    return singles
+
+
 async def whole_documents(svc: KnowledgeService, tenant: str) -> None:
     """Every stored document of ``tenant`` is whole and the term statistics equal a recount."""
     audit = await audit_storage(svc.db, None, [tenant])
@@ -55,14 +68,7 @@ async def whole_documents(svc: KnowledgeService, tenant: str) -> None:
 async def test_a_folder_with_refusals_in_the_middle_ingests_the_rest(service: KnowledgeService, tenant: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 4)  # several groups
-    alone = ingest_bulk._alone
-    singles: list[Any] = []
-
-    async def counted_alone(*args: Any) -> Any:
-        singles.append(args)
-        return await alone(*args)
-
-    monkeypatch.setattr(ingest_bulk, "_alone", counted_alone)
+    singles = single_writes(monkeypatch)
     inputs: list[tuple[bytes, str]] = [(text(n).encode(), "text/markdown") for n in range(10)]
     secret = await anyio.to_thread.run_sync(a_secret)  # a file read: not on the loop
     inputs[3] = (f"# Deploy notes\n\n## Credentials\n\n{secret}\n".encode(), "text/markdown")
@@ -158,14 +164,7 @@ async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: K
     monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 3)
     monkeypatch.setattr(ingest_bulk, "WRITERS", 1)  # groups in order: the first is the one that loses its answer
     service.ingestor.retry_delays = (0.01, 0.02)
-    alone = ingest_bulk._alone
-    singles: list[Any] = []
-
-    async def counted_alone(*args: Any) -> Any:
-        singles.append(args)
-        return await alone(*args)
-
-    monkeypatch.setattr(ingest_bulk, "_alone", counted_alone)
+    singles = single_writes(monkeypatch)
     if after == "cannot_ask":
         async def unreachable(*args: Any) -> Any:
             raise asyncpg.ConnectionDoesNotExistError("the server is gone")
