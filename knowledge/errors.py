@@ -31,9 +31,10 @@ class EmbeddedServerError(DatabaseUnavailable):
 
 class CommitUnknown(DatabaseUnavailable):
     """COMMIT was sent, its answer was lost, and the database could not be asked since whether it
-    took effect: the write is in, or nothing of it is (never part of it). The same request again
-    finds out (an ingest's document id is fixed: a committed one is ``document_exists``, or
-    ``unchanged`` to the CLI)."""
+    took effect: the write is in, or nothing of it is (never part of it). Ask again once the
+    database answers: a first version's id is fixed, so the same request again is
+    ``document_exists`` if it was in (``unchanged`` to the CLI); a new version's outcome is in
+    `KnowledgeService.document_versions`."""
 
     reason = "commit_unknown"
 
