@@ -206,6 +206,8 @@ async def _group_all(received: ObjectReceiveStream[_Prepared], send: ObjectSendS
 async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> None:
     """Commit a group in one statement, or each of its documents on its own if that fails."""
     bulk = [p for p in group if p.request.replaces is None]
+    versions = [p for p in group if p.request.replaces is not None]  # new versions: the single path
+    alone = group
     if len(bulk) > 1:
         attempt = _Attempt()
         try:
@@ -214,13 +216,13 @@ async def _write(ingestor: Ingestor, group: list[_Prepared], done: OnDone) -> No
             _log.info("a group of %d documents could not be written in one statement (%s); one at a time",
                       len(bulk), exc)
             if attempt.commit_sent:
-                group = await _resolve(ingestor, bulk, done) + [p for p in group if p.request.replaces is not None]
+                alone = await _resolve(ingestor, bulk, done) + versions
         else:
             for p, document in zip(bulk, documents, strict=True):
                 done(p.index, document)
             ingestor.wake_drain()
-            group = [p for p in group if p.request.replaces is not None]
-    for p in group:
+            alone = versions
+    for p in alone:
         try:
             document = await ingestor.counted(p.request.principal.tenant_id, _alone, ingestor, p)
         except Exception as exc:
