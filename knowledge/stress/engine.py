@@ -512,6 +512,12 @@ def _settings(options: StressOptions, data_dir: Path, application_name: str) -> 
     return settings if options.semantic is None else settings.model_copy(update={"semantic_arm": options.semantic})
 
 
+async def _temporary_folder(prefix: str) -> Path:
+    """A new temporary folder for an embedded server (made in a worker thread: not on the loop);
+    `_discard_embedded` removes it."""
+    return Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp, prefix=prefix)))
+
+
 async def _discard_embedded(folder: Path) -> None:
     """Stop the temporary embedded server of ``folder`` and remove the folder."""
     await anyio.to_thread.run_sync(stop_embedded, folder)
@@ -523,7 +529,7 @@ async def _data_dir(options: StressOptions) -> AsyncIterator[Path]:
     if options.data_dir is not None or options.dsn is not None:
         yield options.data_dir or Path(".")
         return
-    folder = Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp, prefix="knowledge-stress-")))
+    folder = await _temporary_folder("knowledge-stress-")
     try:
         yield folder
     finally:
@@ -647,8 +653,7 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, corpus:
     rng = random.Random(seed)
     report = KillReport(rounds, 0, [], [], 0, signal.Signals(signum).name)
     acknowledged: set[uuid.UUID] = set()
-    folder = data_dir or Path(await anyio.to_thread.run_sync(functools.partial(tempfile.mkdtemp,
-                                                                               prefix="knowledge-kill-")))
+    folder = data_dir or await _temporary_folder("knowledge-kill-")
     try:
         for n in range(rounds):
             command = [sys.executable, "-m", "knowledge.stress.engine", "--victim", "--data-dir", str(folder),
