@@ -78,6 +78,8 @@ _EXPORTS: dict[str, str] = {
     "DeleteRefused": "knowledge.errors",
     "ToolRefused": "knowledge.errors",
     "ToolRegistryError": "knowledge.errors",
+    # cancellation: what a call cancelled by asyncio's one-shot Task.cancel() took effect with
+    "took_effect": "knowledge.structured",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -119,6 +121,7 @@ if TYPE_CHECKING:
         Viewer,
     )
     from knowledge.service import Health, KnowledgeService
+    from knowledge.structured import took_effect
     from knowledge.tools import KNOWLEDGE_DOMAIN, ScopeVocabulary, ToolContext, ToolRegistry, ToolResult
     from knowledge.vocabulary import (
         WRITE_SCOPE,

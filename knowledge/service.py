@@ -79,7 +79,7 @@ from knowledge.store.retry import retry_transient, typed_faults
 from knowledge.store.server import SERVER_IDENTITY
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
 from knowledge.store.vectors import ensure_index, table_exists
-from knowledge.structured import HeldError, call_in_group
+from knowledge.structured import HeldError, call_in_group, keyboard_interrupt_at_checkpoints, plain_interrupt
 from knowledge.supervisors.embedded_pg import EmbeddedServer, start_embedded_async
 from knowledge.supervisors.embedder import Embedder
 from knowledge.supervisors.parser_pool import ParserPool
@@ -216,6 +216,13 @@ class KnowledgeService:
             settings = Settings.from_env(dsn=dsn, data_dir=data_dir)
         else:
             settings = settings.model_copy(update={k: v for k, v in {"dsn": dsn, "data_dir": data_dir}.items() if v})
+        with keyboard_interrupt_at_checkpoints(), plain_interrupt():
+            async with cls._opened(settings) as svc:
+                yield svc
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def _opened(cls, settings: Settings) -> AsyncIterator[KnowledgeService]:
         async with open_bridge() as bridge:
             server: EmbeddedServer | None = None
             url = settings.dsn

@@ -188,19 +188,23 @@ class Connection:
         The cancellation is delivered at the caller's next checkpoint, after the commit. ``on_commit``
         runs inside that shield just before COMMIT is sent (a hook for tests of exactly that moment)."""
         tx = self._raw.transaction(isolation=isolation) if isolation else self._raw.transaction()
-        await self._run(tx.start)
+        # Entered as asyncpg's managed transaction (``async with``'s own protocol, ended below): a
+        # BEGIN cancelled in flight leaves the connection in a transaction that only the pool's
+        # release can roll back, and asyncpg does that silently for a managed one (for a bare
+        # ``start()`` it reports "Resetting connection with an active transaction" to the loop).
+        await self._run(tx.__aenter__)
         try:
             yield self
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS), _quiet():
                 if not self._raw.is_closed():
-                    await self._run(tx.rollback)
+                    await self._run(tx.__aexit__, type(exc), exc, exc.__traceback__)  # ROLLBACK
             raise
         with anyio.CancelScope(shield=True):
             if on_commit is not None:
                 await on_commit()
             with anyio.move_on_after(_COMMIT_SECONDS):
-                await self._run(tx.commit)
+                await self._run(tx.__aexit__, None, None, None)  # COMMIT
                 return
         self._raw.terminate()
         raise DatabaseUnavailable(message=f"COMMIT had no answer in {_COMMIT_SECONDS:.0f} s; its outcome is unknown")
@@ -279,12 +283,13 @@ class Database:
                     raw.terminate()  # never hand a connection that failed this way to the next caller
             raise
         finally:
-            with anyio.CancelScope(shield=True):
-                released = False
-                with anyio.move_on_after(_CLEANUP_SECONDS):
-                    with contextlib.suppress(Exception):
-                        await self._run(self._pool.release, raw)
-                        released = True
+            released = False
+            try:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS), \
+                        contextlib.suppress(Exception):
+                    await self._run(self._pool.release, raw)
+                    released = True
+            finally:  # (also when the release itself is interrupted: KeyboardInterrupt, asyncio's Task.cancel)
                 if not released:
                     raw.terminate()
 
