@@ -93,6 +93,10 @@ class Settings(BaseModel):
     #: With the arm on, embed queued chunk sets in this process (the embedding drain). Off for a
     #: short-lived process that only searches: the drain's batches would compete with its query.
     semantic_drain: bool = True
+    #: With the arm on, this process's drain embeds one tenant's queued chunk sets only (a command
+    #: waiting for its own vectors: ``knowledge ingest --wait-embedded``, ``docs reembed``); None: every
+    #: tenant's, in turn.
+    embedding_tenant: str | None = None
     #: With the arm on, load the model in this process (its embedder child). Off for a short-lived
     #: process that only writes: ingest still queues its chunk sets for the arm's model version, and a
     #: long-running service (a host, ``knowledge worker``) embeds them; search here is lexical.

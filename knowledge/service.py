@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from pydantic import BaseModel
 
 from knowledge import semantic
@@ -79,7 +79,7 @@ from knowledge.store.retry import retry_transient, typed_faults
 from knowledge.store.server import SERVER_IDENTITY
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
 from knowledge.store.vectors import ensure_index, table_exists
-from knowledge.structured import HeldError, call_in_group, keyboard_interrupt_at_checkpoints, plain_interrupt
+from knowledge.structured import HeldError, call_in_group, keyboard_interrupt_at_checkpoints, unwrapped
 from knowledge.supervisors.embedded_pg import EmbeddedServer, start_embedded_async
 from knowledge.supervisors.embedder import Embedder
 from knowledge.supervisors.parser_pool import ParserPool
@@ -156,7 +156,7 @@ async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup
         return SemanticParts(version)
     embedder = Embedder(window=window, threads=settings.embedder_threads)
     await task_group.start(embedder.run)
-    drain = EmbeddingDrain(db, embedder, version)
+    drain = EmbeddingDrain(db, embedder, version, tenant=settings.embedding_tenant)
     if settings.semantic_drain:
         await task_group.start(drain.run)
     return SemanticParts(version, embedder, drain)
@@ -216,9 +216,27 @@ class KnowledgeService:
             settings = Settings.from_env(dsn=dsn, data_dir=data_dir)
         else:
             settings = settings.model_copy(update={k: v for k, v in {"dsn": dsn, "data_dir": data_dir}.items() if v})
-        with keyboard_interrupt_at_checkpoints(), plain_interrupt():
-            async with cls._opened(settings) as svc:
-                yield svc
+        # The service lives in a task of its own (`_serve`): the caller's task (a host's main task,
+        # the one trio delivers Ctrl-C to and asyncio.run cancels) only waits — for the service to
+        # be ready, in its calls (`call_in_group`), for it to close — and every wait there takes an
+        # interruption as a cancellation of what it waits for. Opening, the database bridge (trio-
+        # asyncio's loop), the pool and the task group are never interrupted halfway by a signal.
+        held = HeldError()  # the host's own exception leaves the block as itself
+        with keyboard_interrupt_at_checkpoints(), unwrapped():
+            async with anyio.create_task_group() as owner:
+                closing = anyio.Event()
+                svc: KnowledgeService = await owner.start(cls._serve, settings, closing)
+                with held:
+                    yield svc
+                closing.set()
+        held.reraise()
+
+    @classmethod
+    async def _serve(cls, settings: Settings, closing: anyio.Event, *,
+                     task_status: TaskStatus[KnowledgeService]) -> None:
+        async with cls._opened(settings) as svc:
+            task_status.started(svc)
+            await closing.wait()
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -257,7 +275,7 @@ class KnowledgeService:
 
     async def _backfill(self) -> None:
         try:
-            queued = await self._enqueue_missing(None)
+            queued = await self._enqueue_missing(self.settings.embedding_tenant)  # (None: every tenant)
             if queued:
                 _log.info("semantic arm: queued %d chunks that had no %s vectors", queued, self.semantic_version)
         except Exception:

@@ -213,21 +213,30 @@ def keyboard_interrupt_at_checkpoints() -> Iterator[None]:
                     signal.signal(signal.SIGINT, _ki_saved)
 
 
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return found
+
+
 @contextlib.contextmanager
-def plain_interrupt() -> Iterator[None]:
-    """A ``KeyboardInterrupt`` that reaches a task group's exit (trio delivers it to the main task
-    waiting there) leaves as itself, not in a ``BaseExceptionGroup``, as a host expects of Ctrl-C:
-    a group of interrupts (and cancellations) is raised as its first interrupt."""
+def unwrapped() -> Iterator[None]:
+    """What leaves a task group leaves as itself where it is one thing, as a host expects of a
+    library: a ``KeyboardInterrupt`` that reached a task group's exit (trio delivers it to the main
+    task waiting there; several are the first), or the one error a group holds beside the
+    cancellations it caused (a failed start: `ConfigurationError`, `DatabaseUnavailable` …). A group
+    of several errors stays a group."""
     try:
         yield
     except BaseExceptionGroup as group:
-        interrupts, rest = group.split(KeyboardInterrupt)
-        if interrupts is None or (rest is not None and rest.split(anyio.get_cancelled_exc_class())[1] is not None):
-            raise
-        first: BaseException = interrupts
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None
+        leaves = [e for e in _leaves(group) if not isinstance(e, anyio.get_cancelled_exc_class())]
+        interrupts = [e for e in leaves if isinstance(e, KeyboardInterrupt)]
+        if interrupts:
+            raise interrupts[0] from None
+        if len(leaves) == 1:
+            raise leaves[0]  # noqa: B904 - its own cause and traceback are kept; the group is its context
+        raise
 
 
 async def run_both(first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]]) -> None:

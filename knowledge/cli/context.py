@@ -5,7 +5,9 @@ Exit codes (the same for every command):
     0  done (for ``ingest``: every file ingested, or already there unchanged)
     1  refused: the service refused (a typed reason: ``secret_detected``, ``document_not_found`` …),
        or, for ``ingest``, at least one file was refused
-    2  bad arguments: an unknown option, a malformed value, a missing file, a naive ``--as-of``
+    2  bad arguments: an unknown option, a malformed value, a missing file, a naive ``--as-of``; or a
+       configuration this database cannot serve (`knowledge.errors.ConfigurationError`: the semantic
+       arm asked for where it has no pgvector; an archive needing an extension this role may not create)
     3  the database is unavailable (unreachable, or the embedded server could not start / is not running)
   130  interrupted
 """
@@ -96,30 +98,36 @@ def options(ctx: typer.Context) -> Options:
     return obj
 
 
-def join_running_server(data_dir: Path) -> bool:
-    """If the embedded server for ``data_dir`` is running, join it so that it stays running when this
-    process exits (it was started by ``knowledge db start`` or by another process); else do nothing,
-    and the service starts one that stops when this process exits. Returns whether it was running."""
-    from knowledge.supervisors.embedded_pg import embedded_status, start_embedded
-
-    if embedded_status(data_dir) is None:
-        return False
-    start_embedded(data_dir, cleanup_mode=None)
-    return True
-
-
 @contextlib.asynccontextmanager
 async def open_service(opts: Options, **overrides: Any) -> AsyncIterator[KnowledgeService]:
-    """Open the service for one command (joining a running embedded server, see `join_running_server`)."""
-    import anyio
-
+    """Open the service for one command. A running embedded server (``knowledge db start``'s, a
+    host's) is joined and left running; one this command starts stops when it exits."""
     from knowledge.service import KnowledgeService
 
     settings = opts.settings(**overrides)
-    if settings.dsn is None:
-        await anyio.to_thread.run_sync(join_running_server, settings.data_dir)
     async with KnowledgeService.open(settings) as svc:
         yield svc
+
+
+def configured_model_version(settings: Settings) -> str | None:
+    """The semantic arm's model version where ``settings`` turn the arm on (the ``semantic`` extra
+    installed, ``KNOWLEDGE_SEMANTIC_ARM`` not off), else None. Loads no model (stat calls only)."""
+    from knowledge import semantic
+    from knowledge.semantic.encoder import model_version
+
+    return model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
+
+
+def semantic_arm_state(version: str | None, missing: str | None) -> dict[str, str | None]:
+    """The semantic arm as ``stats`` and ``db status`` report it: ``off`` (lexical-only by
+    configuration, or without the ``semantic`` extra), ``unavailable`` (configured on, but this
+    database has no pgvector — `knowledge.store.vectors.missing_reason` says why: search is
+    lexical-only) or ``on``."""
+    if version is None:
+        return {"state": "off", "model_version": None, "reason": None}
+    if missing is not None:
+        return {"state": "unavailable", "model_version": version, "reason": missing}
+    return {"state": "on", "model_version": version, "reason": None}
 
 
 async def require_tenant(cat: Catalog, tenant: str) -> None:

@@ -57,6 +57,42 @@ async def resolve_document(cat: Catalog, tenant: str, ref: uuid.UUID | str) -> u
                    f"{' …' if len(found) > 5 else ''}; give more digits")
 
 
+_CHUNK_ID = re.compile(r"^kc_[a-z0-9]+$")
+#: Characters of a chunk id a prefix must give after ``kc_`` (as a document prefix needs 4 hex digits).
+MIN_CHUNK_PREFIX = 4
+#: Candidates an ambiguous chunk prefix lists.
+SHOWN_CANDIDATES = 6
+
+
+def chunk_ref(value: str) -> str:
+    """A chunk id (``kc_…``), or a prefix of one with at least `MIN_CHUNK_PREFIX` characters after
+    ``kc_`` (which may be left out) — checked here, resolved in the tenant by `resolve_chunk_ref`."""
+    text = value.strip().lower()
+    text = text if text.startswith("kc_") else "kc_" + text
+    if not _CHUNK_ID.match(text) or len(text) < len("kc_") + MIN_CHUNK_PREFIX:
+        raise CliError(f"not a chunk id (kc_…, or a unique prefix of one with at least {MIN_CHUNK_PREFIX} "
+                       f"characters after kc_): {value!r}")
+    return text
+
+
+async def resolve_chunk_ref(cat: Catalog, tenant: str, ref: str) -> tuple[str, Citation | DeletedChunk]:
+    """The chunk a `chunk_ref` names and what it resolves to: the id itself if the tenant has (or
+    had) it, else the one chunk id starting with it. An unknown prefix is refused (exit 1), an
+    ambiguous one lists its candidates (at most `SHOWN_CANDIDATES`; exit 2)."""
+    found = await cat.resolve_citation(tenant, ref)
+    if found is not None:
+        return ref, found
+    candidates = await cat.chunk_ids_starting(tenant, ref, SHOWN_CANDIDATES + 1)
+    if len(candidates) == 1:
+        resolved = await cat.resolve_citation(tenant, candidates[0])
+        if resolved is not None:  # (unless deleted in between)
+            return candidates[0], resolved
+    if len(candidates) > 1:
+        raise CliError(f"{ref!r} is ambiguous: {', '.join(candidates[:SHOWN_CANDIDATES])}"
+                       f"{' …' if len(candidates) > SHOWN_CANDIDATES else ''}; give more characters")
+    raise CliError(f"chunk_not_found: no chunk id in tenant {tenant} is or starts with {ref!r}", EXIT_REFUSED)
+
+
 def _path(heading_path: list[str]) -> str:
     from knowledge.core.render import PATH_SEPARATOR
 
@@ -255,7 +291,8 @@ def reembed(
     opts = options(ctx)
 
     async def run() -> tuple[int, str]:
-        overrides: dict[str, object] = {"semantic_arm": True, "semantic_backfill": False}
+        overrides: dict[str, object] = {"semantic_arm": True, "semantic_backfill": False,
+                                        "embedding_tenant": opts.tenant}  # its drain serves this tenant only
         if window is not None:
             overrides["semantic_window"] = window
         async with open_service(opts, **overrides) as svc:
@@ -270,19 +307,19 @@ def reembed(
 
 
 @chunk_app.command("show")
-def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(metavar="CHUNK_ID")]) -> int:
+def chunk_show(ctx: typer.Context, chunk_id: Annotated[str, typer.Argument(
+        metavar="CHUNK_ID", help="A chunk id, or a unique prefix of one (at least 4 characters after kc_).")]) -> int:
     """Resolve a citation: the passage, its document version and its source; a deleted one shows as deleted."""
     opts = options(ctx)
+    ref = chunk_ref(chunk_id)
 
-    async def run() -> Citation | DeletedChunk | None:
+    async def run() -> tuple[str, Citation | DeletedChunk]:
         async with open_reader(opts) as cat:
-            return await cat.resolve_citation(opts.tenant, chunk_id)
+            return await resolve_chunk_ref(cat, opts.tenant, ref)
 
     from knowledge.models import DeletedChunk
 
-    found = opts.run(run, read_only=True)
-    if found is None:
-        raise CliError(f"chunk_not_found: no chunk {chunk_id} in tenant {opts.tenant}", EXIT_REFUSED)
+    chunk_id, found = opts.run(run, read_only=True)
     if isinstance(found, DeletedChunk):
         if opts.out.json:
             opts.out.emit_json({"status": "deleted", **found.model_dump(mode="json")})

@@ -4,17 +4,20 @@ Corpus size; ingestion outcomes by cause and the instruction-like rate (`Knowled
 budget pressure (`KnowledgeService.budget_pressure`, from the turn counters); citation counts (from the
 recall traces still retained); owner-sent attachments by state and reason, with the signs of a worker
 that is gone (`KnowledgeService.attachment_overview`). Budget pressure and citations read "n/a" until a
-turn was traced.
+turn was traced. The semantic arm's backlog is read from the queue (never the model); on a database
+without pgvector the arm shows as unavailable, with the reason, instead. A tenant nothing was ever
+put in gets a line saying so above its empty report (``--json``: ``tenant_known: false`` and a ``note``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from knowledge.cli.context import options
-from knowledge.cli.output import human_bytes
+from knowledge.cli.context import configured_model_version, options, semantic_arm_state
+from knowledge.cli.output import human_bytes, safe
 from knowledge.cli.reading import open_reader
 
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
@@ -26,36 +29,61 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
 NO_TRACES = "n/a (no turns traced)"
 
 
+def unknown_tenant_note(tenant: str) -> str:
+    return (f"tenant {tenant!r} has nothing stored: nothing was ever ingested or uploaded there "
+            "(knowledge tenants lists the tenants)")
+
+
+@dataclass
+class _Read:
+    known: bool
+    corpus: CorpusSize
+    ingest: IngestStats
+    pressure: BudgetPressure
+    citations: CitationCounts | None
+    attachments: QueueOverview
+    #: Why the configured semantic arm has no vectors in this database (no pgvector), or None.
+    semantic_missing: str | None
+    backlog: Backlog | None
+
+
 def stats(ctx: typer.Context) -> int:
     """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, citation counts."""
     opts = options(ctx)
-    from knowledge import semantic
-    from knowledge.semantic.encoder import model_version
-
-    settings = opts.settings()
     # The queue is read without the arm: stats never starts the model. (Before the loop: `enabled`
     # looks for the extra's packages and model files.)
-    version = model_version(settings.semantic_window) if semantic.enabled(settings.semantic_arm) else None
+    version = configured_model_version(opts.settings())
 
-    async def run() -> tuple[CorpusSize, IngestStats, BudgetPressure, CitationCounts | None, QueueOverview,
-                             Backlog | None]:
+    async def run() -> _Read:
         from knowledge.ingest.attachments import AttachmentQueue
         from knowledge.semantic.queue import queue_backlog
         from knowledge.store.metrics import budget_pressure, ingest_stats
+        from knowledge.store.vectors import missing_reason
 
         async with open_reader(opts) as cat:
-            return (await cat.corpus_size(opts.tenant), await cat.read("ingest_stats", ingest_stats, opts.tenant),
-                    await cat.read("budget_pressure", budget_pressure, opts.tenant),
-                    await cat.citation_counts(opts.tenant),
-                    await cat.read("attachment_overview", lambda db, tenant: AttachmentQueue(db).overview(tenant),
-                                   opts.tenant),
-                    await cat.read("queued_for", queue_backlog, version, opts.tenant) if version is not None else None)
+            # Without pgvector there is no vector table to count against: the arm is unavailable, not an error.
+            missing = await cat.read("semantic_missing", missing_reason) if version is not None else None
+            return _Read(
+                known=await cat.tenant_known(opts.tenant), corpus=await cat.corpus_size(opts.tenant),
+                ingest=await cat.read("ingest_stats", ingest_stats, opts.tenant),
+                pressure=await cat.read("budget_pressure", budget_pressure, opts.tenant),
+                citations=await cat.citation_counts(opts.tenant),
+                attachments=await cat.read("attachment_overview",
+                                           lambda db, tenant: AttachmentQueue(db).overview(tenant), opts.tenant),
+                semantic_missing=missing,
+                backlog=await cat.read("queued_for", queue_backlog, version, opts.tenant)
+                if version is not None and missing is None else None)
 
-    corpus, ingest, pressure, citations, attachments, backlog = opts.run(run, read_only=True)
+    read = opts.run(run, read_only=True)
+    corpus, ingest, pressure, citations, attachments, backlog = (
+        read.corpus, read.ingest, read.pressure, read.citations, read.attachments, read.backlog)
+    arm = semantic_arm_state(version, read.semantic_missing)
     traced = pressure.turns > 0
     if opts.out.json:
         opts.out.emit_json({
             "tenant": opts.tenant,
+            "tenant_known": read.known,
+            **({} if read.known else {"note": unknown_tenant_note(opts.tenant)}),
             "corpus": corpus,
             "ingestion": {"accepted": ingest.accepted, "refused": ingest.refused, "failed": ingest.failed,
                           "live_chunks": ingest.live_chunks, "instruction_like_chunks": ingest.instruction_like_chunks,
@@ -64,10 +92,13 @@ def stats(ctx: typer.Context) -> int:
                                  "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
             "citations": citations if citations is not None and citations.traces else None,
             "attachments": attachments,
+            "semantic_arm": arm,
             "embedding_backlog": backlog,
         })
         return 0
     out = opts.out
+    if not read.known:  # the note first, then the (empty) report
+        out.text(safe(unknown_tenant_note(opts.tenant)))  # (plain: a tenant name is not markup)
     out.fields(f"Corpus (tenant {opts.tenant})", {
         "documents": corpus.documents, "versions": corpus.versions, "chunks": corpus.chunks, "tokens": corpus.tokens,
         "source bytes": f"{human_bytes(corpus.source_bytes)} live, {human_bytes(corpus.retained_source_bytes)} "
@@ -104,6 +135,8 @@ def stats(ctx: typer.Context) -> int:
                       [(t.document_id, t.title or "(deleted)", t.citations) for t in citations.top_documents],
                       wrap=["title"])
     _attachments(opts, attachments)
+    if arm["state"] == "unavailable":
+        out.line(f"semantic arm ({arm['model_version']}): unavailable, search is lexical-only — {arm['reason']}")
     if backlog is not None:
         out.fields(f"Semantic arm ({backlog.model_version})", {
             "waiting for vectors": f"{backlog.chunks} chunks in {backlog.chunk_sets} chunk sets"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
-from knowledge.cli.context import CliError, Options, join_running_server, options
+from knowledge.cli.context import CliError, Options, options
 
 if TYPE_CHECKING:
     from knowledge.config import Settings
@@ -84,7 +84,5 @@ def worker(
     if batch is not None:
         overrides["attachment_batch"] = batch
     settings = opts.settings(**overrides)
-    if settings.dsn is None:
-        join_running_server(settings.data_dir)
     opts.run(lambda: serve(settings, announce=lambda facts: _announce(opts, facts)))
     return 0

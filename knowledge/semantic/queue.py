@@ -2,7 +2,8 @@
 
 An ingest (or re-chunk) with the semantic arm on writes, in its own transaction, one queue row per
 chunk set and model version. `EmbeddingDrain` — an actor of the service's task group — claims rows
-in ingest order under a lease, embeds the set's chunks that have no vector under the version (in
+under a lease, tenant-fair (each tenant's oldest first: one tenant's backlog never holds another's
+behind it; a drain may also serve one tenant only, `Settings.embedding_tenant`), embeds the set's chunks that have no vector under the version (in
 the embedder child, a batch of `BATCH_PASSAGES` passages per request, interleaved there with
 query embeddings), writes each batch's vectors as soon as it has them, and deletes the row when
 the set is done. Until then the lexical arm finds the passages and the semantic arm does not.
@@ -124,6 +125,9 @@ class EmbeddingDrain:
     batch_windows: int = BATCH_WINDOWS
     lease_seconds: float = LEASE_SECONDS
     poll_seconds: float = POLL_SECONDS
+    #: The one tenant this drain embeds for (a command waiting for its own vectors); None: every
+    #: tenant, in turn (`CLAIM` is tenant-fair).
+    tenant: str | None = None
     #: Windows embedded: (monotonic time, windows) per written batch, for the rate.
     _done: collections.deque[tuple[float, int]] = field(default_factory=lambda: collections.deque(maxlen=4096))
     _wake: anyio.Event = field(default_factory=anyio.Event)
@@ -192,7 +196,8 @@ class EmbeddingDrain:
         self._progress = anyio.Event()
 
     async def _claim(self) -> list[QueueRow]:
-        found = await self.db.fetch(CLAIM, self.version, self.claim_rows, self.lease_seconds, MAX_ATTEMPTS)
+        found = await self.db.fetch(CLAIM, self.version, self.claim_rows, self.lease_seconds, MAX_ATTEMPTS,
+                                    self.tenant)
         return sorted((QueueRow(r["tenant_id"], int(r["seq"]), r["document_id"], int(r["version"]),
                                 r["chunker_version"]) for r in found), key=lambda r: r.seq)
 

@@ -464,6 +464,17 @@ async def document_ids_starting(db: Database, tenant_id: str, prefix: str, limit
     return [r["document_id"] for r in rows]
 
 
+async def chunk_ids_starting(db: Database, tenant_id: str, prefix: str, limit: int = 7) -> list[str]:
+    """The tenant's chunk ids (any version or chunk set, deleted ones included: a citation outlives
+    its chunk) that start with ``prefix``, in order, at most ``limit``."""
+    rows = await db.fetch(
+        """SELECT chunk_id FROM knowledge_chunks WHERE tenant_id = $1 AND starts_with(chunk_id, $2)
+           UNION
+           SELECT chunk_id FROM knowledge_deleted_chunks WHERE tenant_id = $1 AND starts_with(chunk_id, $2)
+           ORDER BY chunk_id LIMIT $3""", tenant_id, prefix, limit)
+    return [r["chunk_id"] for r in rows]
+
+
 class Catalog:
     """The functions above bound to one database, each read retried on a transient error
     (`knowledge.store.retry`): `KnowledgeService` answers its read-side calls with one, and the CLI's
@@ -502,6 +513,9 @@ class Catalog:
 
     async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
         return await self.read("document_ids_starting", document_ids_starting, tenant_id, prefix)
+
+    async def chunk_ids_starting(self, tenant_id: str, prefix: str, limit: int = 7) -> list[str]:
+        return await self.read("chunk_ids_starting", chunk_ids_starting, tenant_id, prefix, limit)
 
     async def tenants(self) -> list[TenantSummary]:
         return await self.read("tenants", tenants)

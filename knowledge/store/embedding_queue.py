@@ -13,14 +13,26 @@ QUEUE_INSERT = """
 INSERT INTO knowledge_embedding_queue (tenant_id, document_id, version, chunker_version, model_version, chunk_count)
 """
 
-# Claim the oldest claimable rows under a lease: $1 model version, $2 rows at most, $3 lease
-# seconds, $4 attempts at most (a row claimed that often is left for an operator).
+# Claim claimable rows under a lease, tenant-fair: each tenant's oldest row first, then each one's
+# second …, the queue's order among equals — one tenant's backlog never holds another's new chunk
+# sets behind it. $1 model version, $2 rows at most, $3 lease seconds, $4 attempts at most (a row
+# claimed that often is left for an operator), $5 the one tenant to claim for (NULL: any). The
+# claimable condition is repeated on the locked rows: a row another drain claimed meanwhile is re-
+# checked (READ COMMITTED) and skipped.
 CLAIM = """
+WITH ranked AS (
+    SELECT tenant_id, seq, row_number() OVER (PARTITION BY tenant_id ORDER BY seq) AS turn
+    FROM knowledge_embedding_queue
+    WHERE model_version = $1 AND ($5::text IS NULL OR tenant_id = $5)
+      AND (leased_until IS NULL OR leased_until < clock_timestamp()) AND attempts < $4
+), picked AS (
+    SELECT q.tenant_id, q.seq FROM knowledge_embedding_queue q JOIN ranked r USING (tenant_id, seq)
+    WHERE (q.leased_until IS NULL OR q.leased_until < clock_timestamp()) AND q.attempts < $4
+    ORDER BY r.turn, r.seq LIMIT $2 FOR UPDATE OF q SKIP LOCKED
+)
 UPDATE knowledge_embedding_queue q
 SET leased_until = clock_timestamp() + make_interval(secs => $3), attempts = q.attempts + 1
-FROM (SELECT tenant_id, seq FROM knowledge_embedding_queue
-      WHERE model_version = $1 AND (leased_until IS NULL OR leased_until < clock_timestamp()) AND attempts < $4
-      ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED) picked
+FROM picked
 WHERE q.tenant_id = picked.tenant_id AND q.seq = picked.seq
 RETURNING q.tenant_id, q.seq, q.document_id, q.version, q.chunker_version
 """

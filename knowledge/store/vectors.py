@@ -9,12 +9,16 @@
   isolation predicates, by the HNSW index or an exact pass), `scan_options_sql` (pgvector's scan
   options, set for the transaction), `cosines_sql` (the best window's cosine of given chunks) and
   `WINDOW_COUNT` (a tenant's windows of a version, up to a limit).
+- Where the arm cannot live: `missing_reason` (why this database has no vector table, for
+  ``knowledge stats`` and ``db status``) and `extension_access` (which extensions this role finds
+  installed or may create, for ``knowledge db restore``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from knowledge.errors import ConfigurationError
 from knowledge.store.db import Database
@@ -37,12 +41,78 @@ async def table_exists(db: Database) -> bool:
     return bool(await db.fetchval("SELECT to_regclass('knowledge_embeddings') IS NOT NULL"))
 
 
+# Where the semantic arm's table stands: whether it exists, and whether the ``vector`` extension is
+# installed in this database or only offered by the server.
+_PGVECTOR_STATE = """
+SELECT to_regclass('knowledge_embeddings') IS NOT NULL AS has_table,
+       EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') AS installed,
+       EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS offered
+"""
+
+
+async def missing_reason(db: Database) -> str | None:
+    """Why this database holds no vectors for the semantic arm, in words for an operator — or None
+    when it can: its ``knowledge_embeddings`` table exists. Migration 0008 creates the table only
+    where the ``vector`` extension is installed or this role may create it (and a service start
+    tries again while it is missing: `knowledge.store.migrate.OPTIONAL`). Reads only the catalogs."""
+    row = await db.fetchrow(_PGVECTOR_STATE)
+    assert row is not None
+    if row["has_table"]:
+        return None
+    if row["installed"]:
+        return ("the vector extension is installed in this database, but the arm's table is not created yet: the "
+                "next service start that migrates (a host, knowledge worker, knowledge ingest) creates it")
+    if row["offered"]:
+        return ("the vector extension is not installed in this database and this role may not create it: an "
+                "administrator can run CREATE EXTENSION vector in it")
+    return "this server has no pgvector (the vector extension is not available on it)"
+
+
+# For each of $1 (extension names): whether the server offers it, whether this database has it,
+# and whether this role may create it (a superuser; or a trusted extension and CREATE on the database).
+_EXTENSION_ACCESS = """
+SELECT n.name, e.name IS NOT NULL AS offered, coalesce(e.installed_version IS NOT NULL, false) AS installed,
+       coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user), false)
+       OR (coalesce((SELECT bool_or(v.trusted) FROM pg_available_extension_versions v WHERE v.name = n.name), false)
+           AND has_database_privilege(current_database(), 'CREATE')) AS creatable,
+       current_user AS role, current_database() AS database
+FROM unnest($1::text[]) AS n(name) LEFT JOIN pg_available_extensions e ON e.name = n.name
+ORDER BY n.name
+"""
+
+
+@dataclass(frozen=True)
+class ExtensionState:
+    name: str
+    offered: bool  # the server has it (pg_available_extensions)
+    installed: bool  # this database has it
+    creatable: bool  # this role may create it here
+
+
+@dataclass(frozen=True)
+class ExtensionAccess:
+    """What ``knowledge db restore`` needs to know before it restores an archive's extensions."""
+
+    role: str
+    database: str
+    extensions: list[ExtensionState]
+
+
+async def extension_access(db: Database, names: Sequence[str]) -> ExtensionAccess:
+    """For each extension named: offered by the server, installed in this database, creatable by
+    this role (the ``vector`` extension an administrator created is installed but not the role's)."""
+    rows = await db.fetch(_EXTENSION_ACCESS, list(names))
+    role, database = ((rows[0]["role"], rows[0]["database"]) if rows
+                      else (await db.fetchval("SELECT current_user"), await db.fetchval("SELECT current_database()")))
+    return ExtensionAccess(role=role, database=database, extensions=[
+        ExtensionState(name=r["name"], offered=r["offered"], installed=r["installed"], creatable=r["creatable"])
+        for r in rows])
+
+
 async def ensure_index(db: Database, version: str, dim: int) -> None:
     """Create the model version's HNSW index unless it exists (one creator at a time)."""
-    if not await table_exists(db):
-        raise ConfigurationError(
-            message="the semantic arm needs pgvector: this server has no knowledge_embeddings table "
-                    "(the vector extension was not available when migration 0008 ran)")
+    if (reason := await missing_reason(db)) is not None:
+        raise ConfigurationError(message=f"the semantic arm needs pgvector: {reason}")
     async with db.transaction() as tx:
         await tx.execute("SELECT pg_advisory_xact_lock(hashtextextended('knowledge.embeddings.index', 0))")
         await tx.execute(

@@ -177,7 +177,7 @@ def _judge_exit(r: Round, complete: bool) -> list[str]:
     return problems
 
 
-async def _settle(check: Callable[[], Awaitable[T]], seconds: float = GRACE_SECONDS) -> T:
+async def settle(check: Callable[[], Awaitable[T]], seconds: float = GRACE_SECONDS) -> T:
     """``check()`` again until its value is falsy or ``seconds`` pass; its last value."""
     value = await check()
     for _ in range(int(seconds / 0.1)):
@@ -194,7 +194,7 @@ async def _judge_leftovers(pid: int, dsn: str, tenant: str) -> list[str]:
     async def session() -> list[psutil.Process]:
         return _session(pid)
 
-    if left := await _settle(session):
+    if left := await settle(session):
         problems.append(f"left running: {[' '.join(p.cmdline()[:3]) for p in left]}")
         for p in left:
             p.kill()
@@ -202,7 +202,7 @@ async def _judge_leftovers(pid: int, dsn: str, tenant: str) -> list[str]:
         async def connections() -> int:
             return int(await db.fetchval(DATABASE_SESSIONS_OF, APPLICATION))
 
-        if still := await _settle(connections):
+        if still := await settle(connections):
             problems.append(f"{still} connections of the command still open")
         audit = await audit_storage(db, None, [tenant])
         problems += audit.partial + audit.orphans + audit.statistics

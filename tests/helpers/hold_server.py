@@ -1,6 +1,7 @@
-"""Start the embedded server for a data dir, print its facts as JSON, then sleep or exit.
+"""Start (or join) the embedded server for a data dir, print its facts as JSON, then exit, sleep
+(``hold``: the tests SIGKILL it; ``operator``: started as ``knowledge db start`` starts it, then exit) or wait for its standard input to close and exit cleanly (``wait``).
 
-Used by the tests to play a host process that is SIGKILLed while holding the server."""
+Used by the tests to play host processes that start, join and leave the server."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ async def _probe(dsn: str) -> int:
 
 def main() -> None:
     data_dir, mode = Path(sys.argv[1]), sys.argv[2]
-    server = start_embedded(data_dir)
+    server = start_embedded(data_dir, cleanup_mode=None if mode == "operator" else "stop")  # operator: `db start`
     rows = anyio.run(_probe, server.dsn("postgres"))
     print(json.dumps({"pid": server.pid, "reused": server.reused, "cold": server.cold_start, "rows": rows,
                       "seconds": server.start_seconds}), flush=True)
     if mode == "hold":
         time.sleep(3600)
+    elif mode == "wait":
+        sys.stdin.read()  # until the test closes it: then a clean exit (the exit handlers run)
 
 
 if __name__ == "__main__":

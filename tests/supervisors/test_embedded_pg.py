@@ -36,8 +36,9 @@ def _run(data_dir: Path, mode: str = "exit") -> dict[str, object]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _hold(data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
-    proc = subprocess.Popen([*HOLDER, str(data_dir), "hold"], stdout=subprocess.PIPE, text=True)
+def _hold(data_dir: Path, mode: str = "hold") -> tuple[subprocess.Popen[str], dict[str, object]]:
+    proc = subprocess.Popen([*HOLDER, str(data_dir), mode], stdout=subprocess.PIPE, text=True,
+                            stdin=subprocess.PIPE if mode == "wait" else None)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     return proc, dict(json.loads(line))
@@ -100,6 +101,52 @@ def test_in_process_start_is_idempotent_and_reports_status(data_dir: Path) -> No
     assert stop_embedded(data_dir) is False
     third = start_embedded(data_dir, cleanup_mode=None)  # started again after an explicit stop
     assert third.pid != first.pid and not third.reused
+
+
+def _leave(holder: subprocess.Popen[str]) -> None:
+    """Let a ``wait`` holder exit cleanly (its exit handlers run) and reap it."""
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.close()
+    assert holder.wait(60) == 0
+    holder.stdout.close()
+
+
+def test_a_server_the_operator_started_is_left_running_by_every_holder(data_dir: Path) -> None:
+    """``knowledge db start`` (cleanup_mode None) owns the server: a host that joins it and exits,
+    even as its last holder, only detaches (issue 37: a library host stopped the operator's server)."""
+    operator = _run(data_dir, "operator")  # as `knowledge db start` does, in a process that then exits
+    assert json.loads((data_dir / "pgdata" / ".knowledge_owner.json").read_text()) == {"owner": "operator"}
+    joined = _run(data_dir)  # the last holder, and it leaves
+    assert joined["reused"] is True and joined["pid"] == operator["pid"]
+    assert _server_running(data_dir)
+    assert stop_embedded(data_dir) is True and not _server_running(data_dir)
+
+
+def test_a_server_a_process_started_is_stopped_by_it_and_never_by_one_that_joined(data_dir: Path) -> None:
+    owner, facts = _hold(data_dir, "wait")
+    assert facts["reused"] is False
+    joined = _run(data_dir)  # joins and exits: detaches only, the owner still works
+    assert joined["reused"] is True and _server_running(data_dir)
+    _leave(owner)  # the owner, the last holder, exits: it stops the server it started
+    assert not _server_running(data_dir)
+
+
+def test_an_owner_that_leaves_first_leaves_the_server_to_the_last_holder(data_dir: Path) -> None:
+    owner, _ = _hold(data_dir, "wait")
+    other, facts = _hold(data_dir, "wait")
+    assert facts["reused"] is True
+    _leave(owner)
+    assert _server_running(data_dir)  # another process still uses it
+    _leave(other)  # the last one out of a server whose owner is gone stops it
+    assert not _server_running(data_dir)
+
+
+def test_operator_start_takes_over_a_running_server(data_dir: Path) -> None:
+    """``knowledge db start`` on a server a host started: from then on it runs until ``db stop``."""
+    owner, _ = _hold(data_dir, "wait")
+    start_embedded(data_dir, cleanup_mode=None)
+    _leave(owner)
+    assert _server_running(data_dir)
 
 
 def test_data_dir_under_root_is_refused() -> None:

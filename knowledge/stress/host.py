@@ -1,0 +1,85 @@
+"""A host process as the README tells a host author to write one: ``python -m knowledge.stress.host``.
+
+It embeds the service under ``trio.run`` or ``asyncio.run`` with **their default Ctrl-C handling**
+(trio: ``KeyboardInterrupt``; asyncio: the main task cancelled, then ``KeyboardInterrupt``) and does
+what a host does — upload, ingest, search, a turn, a batch — until it is interrupted. Nothing here
+handles a signal: the service has to hold up under the loop's own handling
+(`knowledge.stress.host_signals` sends the signals and judges what is left).
+
+    python -m knowledge.stress.host --loop trio --dsn postgresql://... --tenant t1 --app host-1
+    python -m knowledge.stress.host --loop asyncio --data-dir /tmp/k --tenant t1 --app host-1
+
+It prints ``ready`` once the service is open, then one ``.`` per round of work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import signal
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from knowledge.config import Settings
+from knowledge.core.prepare import IngestRequest
+from knowledge.core.turn import TurnRequest
+from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel, Visibility
+from knowledge.service import KnowledgeService
+
+
+async def work(svc: KnowledgeService, tenant: str) -> None:
+    writer = Principal(tenant_id=tenant, principal_id="host", scopes=frozenset({"knowledge.write"}))
+    query = KnowledgeQuery(tenant_id=tenant, principal_id="host", text="pelican harbour rollback")
+    print("ready", flush=True)
+    n = 0
+    while True:
+        n += 1
+        refs = []
+        for i in range(3):
+            body = " ".join(f"Step {k} of runbook {n}.{i}: the pelican checks the harbour, then rolls back."
+                            for k in range(30))
+            refs.append(await svc.artifacts.put(
+                tenant, f"# Runbook {n}.{i}\n\n## Rollback\n\n{body}\n".encode(), media_type="text/markdown",
+                origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=f"{n}-{i}.md",
+                expires_at=datetime.now(UTC) + timedelta(hours=1)))  # an upload expires; its document stays
+        await svc.ingest(refs[0], f"runbook {n}", "tenant", writer, origin_trust=TrustLevel.USER)
+        await svc.search(query)
+        await svc.turn(TurnRequest(query=query, region_tokens=3000, session_id="s", turn_id=str(n)))
+        await svc.ingest_many([IngestRequest(source=ref, title=f"runbook {n}.{i}", visibility=Visibility.TENANT,
+                                             principal=writer, origin_trust=TrustLevel.USER)
+                               for i, ref in enumerate(refs[1:], 1)])
+        print(".", end="", flush=True)
+
+
+async def main(settings: Settings, tenant: str) -> None:
+    async with KnowledgeService.open(settings) as svc:
+        await work(svc, tenant)
+
+
+def run() -> None:
+    parser = argparse.ArgumentParser(prog="python -m knowledge.stress.host")
+    parser.add_argument("--loop", choices=("trio", "asyncio"), required=True)
+    parser.add_argument("--dsn")
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--tenant", required=True)
+    parser.add_argument("--app", default="knowledge-host", help="the connections' application_name")
+    parser.add_argument("--semantic", choices=("on", "off"), default="off")
+    args = parser.parse_args()
+    settings = Settings.from_env(dsn=args.dsn, data_dir=args.data_dir, application_name=args.app,
+                                 semantic_arm=args.semantic == "on", sweep_interval_seconds=60.0,
+                                 attachment_workers=1)
+    faulthandler.register(signal.SIGUSR1)  # a hung host's stacks, for the harness's report
+    print("starting", flush=True)
+    if args.loop == "trio":
+        import trio
+
+        trio.run(main, settings, args.tenant)
+    else:
+        asyncio.run(main(settings, args.tenant))
+
+
+if __name__ == "__main__":
+    run()
+    sys.exit(0)

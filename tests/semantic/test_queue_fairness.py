@@ -1,0 +1,50 @@
+"""The embedding queue serves tenants in turn, and a command's drain serves its own tenant (issue 37:
+``knowledge ingest --wait-embedded 900`` saw 0 of 672 chunks embedded in 15 minutes, its tenant's sets
+queued behind other tenants' backlog). Claims are read with the arm queueing only (no model loaded)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from knowledge.semantic.encoder import available
+from knowledge.semantic.queue import EmbeddingDrain
+from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
+from tests.conftest import create_database
+from tests.ingest.test_ingest import put, writer
+from tests.semantic.test_semantic import semantic_settings
+
+pytestmark = pytest.mark.skipif(not available(), reason="the semantic extra is not installed")
+
+
+async def queue_documents(svc: KnowledgeService, tenant: str, n: int) -> None:
+    for i in range(n):
+        ref = await put(svc, tenant, f"# Doc {i}\n\nThe pelican {uuid.uuid4().hex} crosses the harbour.\n")
+        await svc.ingest(ref, f"doc {i}", "tenant", writer(tenant), origin_trust="user")  # type: ignore[arg-type]
+
+
+def drain(db: Database, version: str, **kw: Any) -> EmbeddingDrain:
+    return EmbeddingDrain(db, None, version, **kw)  # type: ignore[arg-type]  # claims only: no embedder
+
+
+@pytest.mark.anyio
+async def test_a_tenants_new_sets_are_claimed_before_another_tenants_backlog(admin_dsn: str) -> None:
+    busy, newcomer = f"t-{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}"
+    dsn = await create_database(admin_dsn)  # a queue of its own: no other test's rows in the turn order
+    async with KnowledgeService.open(semantic_settings(dsn, semantic_model=False)) as svc:
+        version = svc.semantic_version
+        assert version is not None and svc.drain is None  # queued for another process's drain
+        await queue_documents(svc, busy, 6)
+        await queue_documents(svc, newcomer, 2)
+        # A drain for every tenant: each tenant's oldest set first, then each one's second.
+        first = await drain(svc.db, version, claim_rows=2)._claim()
+        assert sorted(r.tenant_id for r in first) == sorted([busy, newcomer])
+        # A command's drain for one tenant claims that tenant's sets only, and all of them.
+        own = await drain(svc.db, version, claim_rows=8, tenant=newcomer)._claim()
+        assert [r.tenant_id for r in own] == [newcomer]  # its second set; the first is leased above
+        assert await drain(svc.db, version, claim_rows=8, tenant=newcomer)._claim() == []
+        again = await drain(svc.db, version, claim_rows=8, tenant=busy)._claim()
+        assert {r.tenant_id for r in again} == {busy} and len(again) == 5
