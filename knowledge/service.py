@@ -225,18 +225,33 @@ class KnowledgeService:
         with keyboard_interrupt_at_checkpoints(), unwrapped():
             async with anyio.create_task_group() as owner:
                 closing = anyio.Event()
-                svc: KnowledgeService = await owner.start(cls._serve, settings, closing)
-                with held:
-                    yield svc
-                closing.set()
+                svc: KnowledgeService = await owner.start(cls._serve, settings, closing, owner.cancel_scope)
+                try:
+                    with held:
+                        yield svc
+                finally:
+                    closing.set()  # however the block ends: the service closes after it, never beside it
         held.reraise()
 
     @classmethod
-    async def _serve(cls, settings: Settings, closing: anyio.Event, *,
+    async def _serve(cls, settings: Settings, closing: anyio.Event, block: anyio.CancelScope, *,
                      task_status: TaskStatus[KnowledgeService]) -> None:
         async with cls._opened(settings) as svc:
+            async def guard() -> None:
+                """The service's task group ending before the host's block did (a background task
+                failed) cancels the block, whose end closes the service and raises the failure."""
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    if not closing.is_set():
+                        block.cancel()
+
+            svc.start_background("block-guard", guard)
             task_status.started(svc)
-            await closing.wait()
+            # A cancellation of the scopes around the host's block reaches the block; the service
+            # waits for the block to end (its cleanup may still use the service) before it closes.
+            with anyio.CancelScope(shield=True):
+                await closing.wait()
 
     @classmethod
     @contextlib.asynccontextmanager

@@ -101,3 +101,35 @@ async def test_sweeper_runs_in_the_service_task_group(settings: Settings, tenant
                 await anyio.sleep(0.05)
         with pytest.raises(ArtifactNotFound):
             await svc.artifacts.get_ref(tenant, ref.artifact_id)
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_block_can_still_use_the_service_in_its_cleanup(settings: Settings) -> None:
+    """The service lives in a task of its own and closes after the host's block, never beside it: a
+    cancellation of the scope around the block reaches the block, whose shielded cleanup still finds
+    the pool open (issue 37: the CLI's last write after an interrupt found it closing)."""
+    cleaned_up = []
+    with anyio.CancelScope() as outer:
+        async with KnowledgeService.open(settings) as svc:
+            try:
+                outer.cancel()
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.wait_all_tasks_blocked()  # the service's own tasks have seen the cancellation
+                    cleaned_up.append(await svc.db.fetchval("SELECT 1"))
+    assert outer.cancelled_caught and cleaned_up == [1]
+
+
+@pytest.mark.anyio
+async def test_a_background_task_that_fails_ends_the_block_with_its_error(settings: Settings) -> None:
+    class Boom(Exception):
+        pass
+
+    async def fails() -> None:
+        raise Boom("a background actor failed")
+
+    with pytest.raises(Boom):
+        async with KnowledgeService.open(settings) as svc:
+            svc.start_background("fails", fails)
+            await anyio.sleep_forever()  # cancelled by the failure, which then leaves the block as itself

@@ -142,6 +142,8 @@ INGEST_EXAMPLES = """Examples:
 
   knowledge ingest ~/runbooks --glob '*.md'            # a folder's Markdown files
 
+  knowledge ingest ~/src/site/docs --as site-docs       # a name that survives moving the folder
+
   knowledge ingest notes.txt --visibility project --project infra
 
   curl -s https://example.org/faq.md | knowledge ingest - --name faq.md
@@ -225,12 +227,25 @@ class _OneLine(logging.Formatter):
         return "knowledge: " + _one_line(record.getMessage())
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes (a caller that swaps it — a test
+    capturing an in-process run — never leaves the handler holding a closed stream)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
 def log_to_stderr() -> None:
     """Warnings from the libraries below as single lines (once per process); asyncpg's pool, which
     logs every failed reconnect with a traceback while a server is away, only when it is an error."""
     root = logging.getLogger()
     if not any(isinstance(h.formatter, _OneLine) for h in root.handlers):
-        handler = logging.StreamHandler()
+        handler = _CurrentStderr()
         handler.setFormatter(_OneLine())
         handler.setLevel(logging.WARNING)
         root.addHandler(handler)

@@ -1,17 +1,28 @@
 """What the paths given to ``knowledge ingest`` hold: the files, their media types, their document
 identity, and what cannot be read.
 
-Each file is one document whose id is derived from the tenant and the file's key: its path from the
-folder given, that folder's name included (a file given alone: its folder's name and its own), so
-a moved folder is not a second copy (`identity_candidates`). Media types come from content and
-extension: ``%PDF-`` is ``application/pdf``; ``.md``/``.markdown`` is ``text/markdown``; UTF-8 text
-(no NUL) is ``text/plain`` only under a text-like name (`is_text_like`: no extension, a ``text/*``
-type, or a config or markup extension) or with ``--as-text``; anything else keeps its guessed type
-(or ``application/octet-stream``) and the service refuses it with ``unsupported_media_type`` — an
-``.svg``, a ``.json`` or five bytes named ``.pdf`` are not ingested as plain text. Hidden files and
-folders (``.name``) are skipped inside folders; ``--glob`` / ``--exclude`` select by path inside the
-folder; FIFOs, sockets and devices are refused (``not_a_regular_file``), never read; a folder that
-cannot be read is an ``unreadable`` outcome, never skipped in silence.
+Each file is one document, its id derived from the tenant and the file's identity
+(`document_identity`). By default that is where the file really is, its resolved absolute path
+(the id versions before 0.2 gave: `legacy_document_id`): the same file reached through a parent
+folder, a symbolic link or a relative path is the same document, and two folders of the same name
+are two sets of documents — a bare folder name never names anything. A stable logical key is
+stated instead, for a folder that moves: ``--as NAME`` for the one path given (a folder's files are
+``NAME/<path inside it>``, a file given alone is ``NAME``) or ``--root DIR`` (each file is its path
+from ``DIR``); ingested again from elsewhere under the same key, the files keep their documents.
+Those keys share the namespace in which 0.2 named every file by its folder's own name and its path
+inside it (`Found.folder_key`), so ``--as docs`` on a folder named ``docs`` (or ``--root`` its
+parent) finds the documents 0.2 ingested from it. Without ``--as``/``--root`` such a document is
+never touched; the command only says how many files match one (`earlier_document_id`).
+
+Media types come from content and extension: ``%PDF-`` is ``application/pdf``; ``.md``/``.markdown``
+is ``text/markdown``; UTF-8 text (no NUL) is ``text/plain`` only under a text-like name
+(`is_text_like`: no extension, a ``text/*`` type, or a config or markup extension) or with
+``--as-text``; anything else keeps its guessed type (or ``application/octet-stream``) and the service
+refuses it with ``unsupported_media_type`` — an ``.svg``, a ``.json`` or five bytes named ``.pdf``
+are not ingested as plain text. Hidden files and folders (``.name``) are skipped inside folders;
+``--glob`` / ``--exclude`` select by path inside the folder; FIFOs, sockets and devices are refused
+(``not_a_regular_file``), never read; a folder that cannot be read is an ``unreadable`` outcome,
+never skipped in silence.
 """
 
 from __future__ import annotations
@@ -67,31 +78,58 @@ def detect_media_type(path: Path, data: bytes, *, as_text: bool = False) -> str:
 
 
 def document_id_for(tenant: str, key: str, stdin_name: str | None = None) -> uuid.UUID:
-    """The document a file is, within a tenant: the same `Found.key` (its path from the folder
-    given, that folder's name included), the same document — a moved folder is not a second copy;
-    what standard input carried, the same ``--name``."""
+    """The document a logical key names within a tenant (``--as`` / ``--root``: `Found.key`, and
+    the keys 0.2 gave every file, `Found.folder_key`); what standard input carried, the same
+    ``--name``."""
     if stdin_name is not None:
         return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:stdin:{stdin_name}")
     return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:path:{key}")
 
 
+def location_document_id(tenant: str, real: Path) -> uuid.UUID:
+    """The document a file is by default: the one at ``real``, its resolved absolute path (no
+    filesystem access here: `Found.real` was resolved when the file was found)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{real}")
+
+
 def legacy_document_id(tenant: str, file: Path) -> uuid.UUID:
-    """The id versions before 0.2 gave a file (from its absolute path): a store ingested then keeps
-    its documents when the same files are ingested again."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"knowledge-cli:{tenant}:{file.resolve()}")
+    """The id versions before 0.2 gave a file, from its resolved absolute path — the default
+    identity again (`location_document_id`), so a store ingested then keeps its documents."""
+    return location_document_id(tenant, file.resolve())
 
 
-def identity_candidates(tenant: str, found: Found) -> list[uuid.UUID]:
-    """The ids the file may already have, the most specific first: its path under each enclosing
-    folder with at least as many parts as its own key (an ingest of a parent folder named it so:
-    ``b/docs/x.md`` is found again when ``b/docs`` is ingested), then its pre-0.2 id. Shorter
-    keys are never tried: ``docs/x.md`` may be another project's."""
-    parts = found.file.resolve().parts[1:]
-    own = len(found.key.split("/"))
-    keys = ["/".join(parts[-n:]) for n in range(len(parts), own - 1, -1)]
-    if found.key not in keys:
-        keys.append(found.key)
-    return [*(document_id_for(tenant, key) for key in keys), legacy_document_id(tenant, found.file)]
+def document_identity(tenant: str, found: Found) -> uuid.UUID:
+    """The document a file is: its logical key's under ``--as`` / ``--root``, else its real
+    location's (see the module docstring)."""
+    if found.key is not None:
+        return document_id_for(tenant, found.key)
+    return location_document_id(tenant, found.real)
+
+
+def earlier_document_id(tenant: str, found: Found) -> uuid.UUID | None:
+    """The document 0.2 named a file by (its folder's name and its path inside the folder), when
+    the file is named by its location now: only looked up, to say that ``--as`` finds it."""
+    if found.key is not None or found.folder_key is None:
+        return None
+    return document_id_for(tenant, found.folder_key)
+
+
+def logical_name(name: str) -> str:
+    """An ``--as`` NAME as a key (``docs``, ``team/docs``: slashes at either end dropped); a bad
+    argument if empty or with an empty, ``.`` or ``..`` part."""
+    key = name.strip("/")
+    if not key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise CliError(f"--as takes a name such as docs or team/docs, not {name!r}")
+    return key
+
+
+def _key_under(root: Path, real_root: Path, found: Found) -> str:
+    """A file's key under ``--root``: its path from the root as given (absolute, not resolved),
+    else from the resolved root; a file under neither is a bad argument."""
+    for base, path in ((root, Path(os.path.abspath(found.file))), (real_root, found.real)):
+        if path != base and path.is_relative_to(base):
+            return path.relative_to(base).as_posix()
+    raise CliError(f"--root: {found.file} is not under {root}")
 
 
 def stdin_file(name: str, limit: int) -> Path:
@@ -108,14 +146,19 @@ def stdin_file(name: str, limit: int) -> Path:
 
 
 class Found(NamedTuple):
-    """A file to ingest: where it is, its default title (its path inside the folder given, or its
-    name), and its identity key (that path with the folder's own name in front; a file given
-    alone: its folder's name and its own); ``error``: a folder that could not be read (listed
-    among the outcomes as ``unreadable``, never silently skipped)."""
+    """A file to ingest: where it is (``file``, as reached; ``real``, its resolved absolute path),
+    its default title (its path inside the folder given, or its name), its logical key under
+    ``--as`` / ``--root`` (None: it is named by ``real``), and the key 0.2 gave it (``folder_key``:
+    the folder's own name and the path inside it; a file given alone: its folder's name and its
+    own) with the ``--as`` NAME that gives that key again (``folder_as``). ``error``: a folder that
+    could not be read (listed among the outcomes as ``unreadable``, never silently skipped)."""
 
     file: Path
     title: str
-    key: str
+    real: Path
+    key: str | None = None
+    folder_key: str | None = None
+    folder_as: str | None = None
     error: str | None = None
 
 
@@ -126,44 +169,57 @@ def _matches(rel: str, name: str, patterns: Sequence[str]) -> bool:
 def _walk(folder: Path, include: Sequence[str], exclude: Sequence[str]) -> list[Found]:
     """A folder's files (hidden ones and symbolic links to folders skipped), and its subfolders
     that could not be read."""
-    root = folder.resolve().name
+    name = folder.resolve().name
     found: list[Found] = []
 
     def unreadable(error: OSError) -> None:
         where = Path(error.filename or folder)
         rel = where.relative_to(folder).as_posix() if where != folder else "."
-        found.append(Found(where, rel, f"{root}/{rel}", error.strerror or type(error).__name__))
+        found.append(Found(where, rel, where.resolve(), error=error.strerror or type(error).__name__))
 
     for top, dirs, files in os.walk(folder, onerror=unreadable):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            file = Path(top) / name
+        for file_name in files:
+            file = Path(top) / file_name
             rel = file.relative_to(folder).as_posix()
-            if name.startswith(".") or (include and not _matches(rel, name, include)) or \
-                    _matches(rel, name, exclude):
+            if file_name.startswith(".") or (include and not _matches(rel, file_name, include)) or \
+                    _matches(rel, file_name, exclude):
                 continue
-            found.append(Found(file, rel, f"{root}/{rel}"))
+            found.append(Found(file, rel, file.resolve(), folder_key=f"{name}/{rel}", folder_as=name))
     return sorted(found, key=lambda f: f.file.parts)
 
 
-def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Found]:
+def collect(paths: list[Path], include: Sequence[str] = (), exclude: Sequence[str] = (), *,
+            as_name: str | None = None, root: Path | None = None) -> list[Found]:
     """Every file to ingest (a folder's files: kept if their path inside it matches an ``include``
-    glob, when any, and no ``exclude`` glob). A path that does not exist is a bad argument. Entries
-    that are not regular files or folders (FIFOs, sockets, devices) are kept: `read_source` refuses
-    them without reading."""
+    glob, when any, and no ``exclude`` glob), each with its identity (see the module docstring:
+    ``as_name`` names the one path given, ``root`` every file by its path from it). A path that
+    does not exist, a ``root`` that is not a folder or a file not under it is a bad argument.
+    Entries that are not regular files or folders (FIFOs, sockets, devices) are kept:
+    `read_source` refuses them without reading."""
+    if root is not None and not root.is_dir():
+        raise CliError(f"--root must be a folder: {root}")
     found: list[Found] = []
     for path in paths:
         if not path.exists():
             raise CliError(f"no such file or directory: {path}")
         if path.is_dir():
-            found += _walk(path, include, exclude)
+            entries = _walk(path, include, exclude)
+            if as_name is not None:
+                entries = [f if f.error else f._replace(key=f"{as_name}/{f.title}") for f in entries]
         else:
-            found.append(Found(path, path.name, f"{path.resolve().parent.name}/{path.name}"))
+            real = path.resolve()
+            entries = [Found(path, path.name, real, as_name, f"{real.parent.name}/{path.name}",
+                             f"{real.parent.name}/{path.name}")]
+        found += entries
+    if root is not None:
+        given, real_root = Path(os.path.abspath(root)), root.resolve()
+        found = [f if f.error else f._replace(key=_key_under(given, real_root, f)) for f in found]
     seen: set[Path] = set()
     unique = []
     for entry in found:
-        if entry.file.resolve() not in seen:
-            seen.add(entry.file.resolve())
+        if entry.real not in seen:
+            seen.add(entry.real)
             unique.append(entry)
     return unique
 

@@ -1,10 +1,16 @@
 """``knowledge ingest PATH…``: files and folders (recursive), with a progress bar and outcomes by reason.
 
-What the paths hold — the files, their media types, their document identity, what cannot be read —
-is `knowledge.cli.files`. Ingesting a folder again finds what is already there: an unchanged file
-is ``unchanged``, a changed one becomes a new version of its document. The upload is only the
-vehicle: it expires once ingested, the document keeps its own copy of the source. Output: tables,
-``--json``, or ``--jsonl`` (each file's outcome as it settles, then a summary record).
+What the paths hold — the files, their media types, their document identity (where the file
+really is, or the logical key ``--as`` / ``--root`` states), what cannot be read — is
+`knowledge.cli.files`. Ingesting a folder again finds what is already there: an unchanged file is
+``unchanged``, a changed one becomes a new version of its document. A file named by its location
+whose 0.2 key (its folder's name and its path inside it) names a live document leaves that
+document alone; the command says how many did (``folder_name_matches``), and that ``--as`` makes
+them new versions of those documents. The upload is only the vehicle: it expires once ingested, the document
+keeps its own copy of the source. Output: tables, ``--json``, or ``--jsonl`` (each file's outcome
+as it settles, then a summary record). Interrupted (SIGINT, SIGTERM) or cut off from its database,
+a ``--jsonl`` ingest still writes a record for every file — each document that committed as what
+it came to — and then the summary, which says why it stopped (``interrupted``, ``error``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import hashlib
 import mimetypes
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -28,11 +35,14 @@ from knowledge.cli.files import (
     collect,
     detect_media_type,
     document_id_for,
-    identity_candidates,
+    document_identity,
+    earlier_document_id,
+    logical_name,
     read_source,
     stdin_file,
 )
-from knowledge.cli.output import human_bytes
+from knowledge.cli.output import Output, human_bytes
+from knowledge.cli.signals import Interrupted
 from knowledge.errors import KnowledgeError
 from knowledge.vocabulary import ArtifactOrigin, Authority, Sensitivity, TrustLevel, Visibility
 
@@ -74,11 +84,16 @@ UPLOAD_LIFETIME = timedelta(hours=1)
 
 @dataclass
 class _Upload:
-    """A file read and put, ready to be ingested (or already settled: unchanged, refused)."""
+    """A file read and put, ready to be ingested (or already settled: unchanged, refused).
+    ``earlier``: the ``--as`` NAME under which 0.2 ingested the live document its folder-name key
+    names (this file, named by its location, is not that document); ``settled``: ``out`` is final
+    (and under ``--jsonl`` written)."""
 
     out: FileOutcome
     request: IngestRequest | None = None
     existing: bool = False
+    earlier: str | None = None
+    settled: bool = False
 
 
 async def upload_file(svc: KnowledgeService, principal: Principal, found: Found, request: dict[str, Any]) -> _Upload:
@@ -101,12 +116,13 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
         return _Upload(replace(out, reason=exc.reason, message=exc.message))
     media_type = detect_media_type(file, data, as_text=request.get("as_text", False))
     out = replace(out, media_type=media_type, size_bytes=len(data))
-    document_id = document_id_for(tenant, found.key, stdin_name)
-    candidates = ([document_id] if stdin_name is not None  # resolving the path stats its folders: not on the loop
-                  else await anyio.to_thread.run_sync(identity_candidates, tenant, found))
-    known = await live_documents(svc.db, tenant, candidates)
-    document_id = next((c for c in candidates if c in known), document_id)
+    if stdin_name is not None:
+        document_id, earlier = document_id_for(tenant, "", stdin_name), None
+    else:
+        document_id, earlier = document_identity(tenant, found), earlier_document_id(tenant, found)
+    known = await live_documents(svc.db, tenant, [document_id] if earlier is None else [document_id, earlier])
     existing = known.get(document_id)
+    folder_as = found.folder_as if existing is None and earlier in known else None
     if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
         return _Upload(replace(out, outcome="unchanged", document_id=document_id, version=existing.version,
                                chunks=existing.chunks))
@@ -123,7 +139,7 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
         origin_trust=TrustLevel.USER, project_scope=request["project_scope"], doc_date=request["doc_date"],
         authority=request["authority"], sensitivity=request["sensitivity"],
         document_id=None if existing else document_id, replaces=document_id if existing else None),
-        existing=existing is not None)
+        existing=existing is not None, earlier=folder_as)
 
 
 #: Errors that end the command (exit 3) rather than refuse one file.
@@ -171,18 +187,14 @@ async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> Fi
         if there is not None and there.source_sha256 == upload.request.source.sha256:
             return replace(out, outcome="unchanged", document_id=document_id, version=there.version,
                            chunks=there.chunks)
-    if isinstance(outcome, IngestRefused):
-        return replace(out, reason=outcome.reason, message=outcome.message, chunk_ordinal=outcome.chunk_ordinal,
-                       heading_path=list(outcome.heading_path) if outcome.heading_path is not None else None)
     if isinstance(outcome, KnowledgeError):
         if outcome.reason in UNAVAILABLE:
             raise outcome
-        return replace(out, reason=outcome.reason, message=outcome.message)
+        return landed(upload, outcome)
     if not isinstance(outcome, KnowledgeDocument):
         raise outcome
     summary = await live_document(svc.db, outcome.tenant_id, outcome.document_id)
-    return replace(out, outcome="new_version" if upload.existing else "ingested", document_id=outcome.document_id,
-                   version=outcome.version, chunks=summary.chunks if summary else None)
+    return landed(upload, outcome, chunks=summary.chunks if summary else None)
 
 
 def tally(results: list[FileOutcome]) -> dict[str, int]:
@@ -223,6 +235,13 @@ def ingest(
         help="Skip files whose path inside the folder (or name) matches; repeatable.", metavar="PATTERN",
         show_default=False)] = None,
     as_text: Annotated[bool, typer.Option("--as-text", help="Read UTF-8 files of any name as plain text.")] = False,
+    as_name: Annotated[str | None, typer.Option(
+        "--as", help="A stable name for the one path given, wherever it is (a folder's files are "
+                     "NAME/<path inside it>; a file is NAME): moved, it keeps its documents. Default: each "
+                     "file is named by where it really is.", metavar="NAME", show_default=False)] = None,
+    root: Annotated[Path | None, typer.Option(
+        help="Name each file by its path from this folder (a project's root), wherever the project is.",
+        metavar="DIR", show_default=False)] = None,
     name: Annotated[str | None, typer.Option(help="With -: the document's file name (its identity in the tenant, "
                                                   "its media type by extension, its default title).",
                                              show_default=False)] = None,
@@ -240,13 +259,20 @@ def ingest(
         when = date.fromisoformat(doc_date) if doc_date else None
     except ValueError:
         raise CliError(f"--doc-date must be YYYY-MM-DD, not {doc_date!r}") from None
+    if as_name is not None and root is not None:
+        raise CliError("--as and --root both name the files: give one of them")
     stdin: dict[Path, str] = {}
     if any(str(p) == "-" for p in paths):
+        if as_name is not None or root is not None:
+            raise CliError("- is named by --name, not by --as or --root")
         if len(paths) != 1 or not name or "/" in name:
             raise CliError("- reads one document from standard input: give it alone, with --name FILE_NAME")
         paths = [stdin_file(name, opts.settings().max_artifact_bytes)]
         stdin[paths[0]] = name
-    files = collect(paths, glob or (), exclude or ())
+    if as_name is not None and len(paths) != 1:
+        raise CliError("--as names one file or folder: give one path (or name them by --root)")
+    files = collect(paths, glob or (), exclude or (), as_name=None if as_name is None else logical_name(as_name),
+                    root=root)
     if title is not None and (len(files) != 1 or paths[0].is_dir()):
         raise CliError("--title applies to a single file")
     if title is not None:
@@ -257,24 +283,31 @@ def ingest(
                                "stdin": stdin}
     mimetypes.init()  # reads the system's type maps (`detect_media_type`): here, not on the loop
     began = time.perf_counter()
+    run = _Run(files=files, stdin=stdin, records=opts.out if opts.out.lines else None)
     cut: IngestCut | None = None
     try:
-        results, backlog = opts.run(lambda: _ingest_all(opts, principal, files, request, wait_embedded))
+        results, backlog = opts.run(lambda: _ingest_all(opts, principal, run, request, wait_embedded))
     except IngestCut as exc:
         cut, results, backlog = exc, exc.results, None
+    except Interrupted as exc:
+        if opts.out.lines:  # every file gets its record (each committed document as it landed), then the summary
+            results = run.finish("interrupted first")
+            opts.out.record(_summary(results, run, None, exc.exit_code) | {"interrupted": str(exc)})
+        raise
     elapsed = time.perf_counter() - began
     counts = tally(results)
     code = EXIT_OK if all(r.outcome in OK_OUTCOMES for r in results) else EXIT_REFUSED
     if cut is not None:
         code = EXIT_UNAVAILABLE
+    error = {"error": f"database unavailable: {cut.error.message}"} if cut else {}
     if opts.out.lines:  # the files were streamed: the summary is the last record
-        opts.out.record({"outcomes": counts, "embedding_backlog": backlog, "exit_code": code,
-                         **({"error": f"database unavailable: {cut.error.message}"} if cut else {})})
+        opts.out.record(_summary(results, run, backlog, code) | error)
     elif opts.out.json:
-        opts.out.emit_json({"files": results, "outcomes": counts, "embedding_backlog": backlog, "exit_code": code,
-                            **({"error": f"database unavailable: {cut.error.message}"} if cut else {})})
+        opts.out.emit_json({"files": results, **_summary(results, run, backlog, code), **error})
     else:
         _report(opts, results, counts, elapsed)
+        if note := _earlier_note(run):
+            opts.out.line(note)
         if backlog is not None:
             opts.out.line(backlog.describe())
             if backlog.chunks and not wait_embedded:
@@ -291,85 +324,116 @@ def ingest(
     return code
 
 
+def _summary(results: list[FileOutcome], run: _Run, backlog: Backlog | None, code: int) -> dict[str, Any]:
+    """The summary of ``--json`` and ``--jsonl``: outcomes by reason, the embedding backlog, the
+    exit code, and how many files match a document 0.2 ingested under their folder's name
+    (`_earlier_note`)."""
+    return {"outcomes": tally(results), "embedding_backlog": backlog, "exit_code": code,
+            "folder_name_matches": len(_earlier(run))}
+
+
+def _earlier(run: _Run) -> list[str]:
+    """For each file ingested as a new document although its 0.2 key (its folder's name and its
+    path inside it) names a live document: the ``--as`` NAME that finds that document."""
+    return [u.earlier for u in run.uploads if u.earlier is not None and u.out.outcome == "ingested"]
+
+
+def _earlier_note(run: _Run) -> str | None:
+    """The line saying how many files match documents an earlier version ingested under their
+    folder's name (left as they were), and how ``--as`` makes them new versions of those."""
+    if not (earlier := _earlier(run)):
+        return None
+    names = sorted(set(earlier))
+    name = names[0] if len(names) == 1 else "<name>"
+    if len(earlier) == 1:
+        return ("note: 1 file matches a document an earlier version ingested under its folder's name (left as it "
+                f"was); ingest with --as {name} to make it a new version of that document instead")
+    return (f"note: {len(earlier)} files match documents an earlier version ingested under their folder's name "
+            f"(left as they were); ingest with --as {name} to make them new versions of those instead")
+
+
 @dataclass
 class _Run:
-    """One command's files as far as it got (for `IngestCut` when the database goes away)."""
+    """One command's files as far as it got. Each file settles once (`settle`): its outcome is then
+    final and, under ``--jsonl``, written (``records``). If the command stops early — interrupted,
+    or the database gone (`IngestCut`) — `finish` settles every other file."""
 
+    files: list[Found] = field(default_factory=list)
+    stdin: dict[Path, str] = field(default_factory=dict)
+    records: Output | None = None
     uploads: list[_Upload] = field(default_factory=list)
     pending: list[_Upload] = field(default_factory=list)
     done: dict[int, Outcome] = field(default_factory=dict)
 
+    def settle(self, upload: _Upload, out: FileOutcome) -> None:
+        upload.out, upload.settled = out, True
+        if self.records is not None:
+            self.records.record(out)
+
+    def settle_reported(self) -> None:
+        """As the command stops early, at once: every file whose ingest reported its outcome but
+        which `settle` had not settled yet — each document that committed is written before the
+        service closes — from that outcome alone (`landed`: no database read, so no chunk count)."""
+        for i, outcome in sorted(self.done.items()):
+            if not self.pending[i].settled:
+                self.settle(self.pending[i], landed(self.pending[i], outcome))
+
+    def finish(self, why: str) -> list[FileOutcome]:
+        """Settle, without the database, every file not settled yet (`landed`: committed, refused,
+        committing as it went, or not written — ``why`` — as are the files never read); every
+        file's outcome, in order."""
+        index = {id(u): i for i, u in enumerate(self.pending)}
+        for upload in self.uploads:
+            if not upload.settled:
+                i = index.get(id(upload))
+                self.settle(upload, landed(upload, None if i is None else self.done.get(i), why=why))
+        for found in self.files[len(self.uploads):]:
+            path = "-" if found.file in self.stdin else str(found.file)
+            self.uploads.append(unread := _Upload(FileOutcome(path=path, outcome="refused", title=found.title)))
+            self.settle(unread, landed(unread, None, why=why))
+        return [u.out for u in self.uploads]
+
     def cut(self, error: KnowledgeError) -> IngestCut:
-        for i, u in enumerate(self.pending):
-            u.out = landed(u, self.done.get(i))
-        return IngestCut([u.out for u in self.uploads], error)
+        return IngestCut(self.finish("the database went away first"), error)
 
 
-async def _ingest_all(opts: Options, principal: Principal, files: list[Found],
-                      request: dict[str, Any], wait_embedded: float | None) -> tuple[list[FileOutcome], Backlog | None]:
+async def _ingest_all(opts: Options, principal: Principal, run: _Run, request: dict[str, Any],
+                      wait_embedded: float | None) -> tuple[list[FileOutcome], Backlog | None]:
     """Read and put every file, then ingest them together (`KnowledgeService.ingest_many`: the next
     documents prepared while the server writes a group of them), then expire the uploads. If the
     database goes away, `IngestCut` with what landed (the first such outcome stops the rest)."""
-    run = _Run()
     try:
-        return await _ingest_run(opts, principal, files, request, wait_embedded, run)
+        return await _ingest_run(opts, principal, request, wait_embedded, run)
     except BaseException as exc:
         if (error := lost_database(exc)) is None:
             raise
         raise run.cut(error) from exc
 
 
-async def _ingest_run(opts: Options, principal: Principal, files: list[Found], request: dict[str, Any],
+async def _ingest_run(opts: Options, principal: Principal, request: dict[str, Any],
                       wait_embedded: float | None, run: _Run) -> tuple[list[FileOutcome], Backlog | None]:
     backlog = None
     # The model is loaded only to wait for the vectors: else the chunk sets are queued for the arm
     # and a long-running service (a host, `knowledge worker`) embeds them.
-    async with open_service(opts, **({} if wait_embedded else {"semantic_model": False, "semantic_backfill": False})
+    async with open_service(opts, **({"embedding_tenant": principal.tenant_id, "semantic_backfill": False}
+                                       if wait_embedded else {"semantic_model": False, "semantic_backfill": False})
                             ) as svc:
         progress = _progress(opts)
         with progress:
-            task = progress.add_task("reading", total=len(files))
-            for found in files:
+            task = progress.add_task("reading", total=len(run.files))
+            for found in run.files:
                 progress.update(task, description=f"reading {found.file.name[:40]}")
                 run.uploads.append(upload := await upload_file(svc, principal, found, request))
-                if upload.request is None and opts.out.lines:
-                    opts.out.record(upload.out)  # settled already: unchanged, or refused before ingest
+                if upload.request is None:
+                    run.settle(upload, upload.out)  # settled already: unchanged, or refused before ingest
                 progress.advance(task)
             run.pending = pending = [u for u in run.uploads if u.request is not None]
             progress.update(task, description="ingesting", completed=len(run.uploads) - len(pending))
-            lost: list[KnowledgeError] = []
-            settled, to_settle = anyio.create_memory_object_stream[int](max_buffer_size=max(1, len(pending)))
-
-            async def settle_each() -> None:  # each outcome as it comes (a JSON Lines record at once)
-                async with to_settle:
-                    async for i in to_settle:  # (an outcome that says the database went away is raised)
-                        pending[i].out = await settle(svc, pending[i], run.done[i])
-                        if opts.out.lines:
-                            opts.out.record(pending[i].out)
-
-            async with anyio.create_task_group() as settling:
-                settling.start_soon(settle_each)
-                with settled, anyio.CancelScope() as ingesting:
-                    def on_done(index: int, outcome: Outcome) -> None:
-                        run.done[index] = outcome
-                        progress.advance(task)
-                        if isinstance(outcome, BaseException) and (error := lost_database(outcome)):
-                            lost.append(error)  # the rest would fail alike, each after its retries
-                            ingesting.cancel()
-                        else:
-                            settled.send_nowait(index)
-
-                    try:
-                        await svc.ingest_many([u.request for u in pending if u.request is not None],
-                                              on_done=on_done)
-                    finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
-                        with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
-                            await svc.artifacts.expire_now(
-                                principal.tenant_id, [u.request.source.artifact_id for u in pending if u.request])
-                if lost:
-                    settling.cancel_scope.cancel()
-            if lost:
-                raise lost[0]
+            try:
+                await _ingest_pending(svc, principal, run, lambda: progress.advance(task))
+            except BaseException:  # interrupted, or the database gone: what committed is written now
+                run.settle_reported()
+                raise
         await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
         if svc.drain is not None and wait_embedded:
             await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
@@ -378,25 +442,68 @@ async def _ingest_run(opts: Options, principal: Principal, files: list[Found], r
     return [u.out for u in run.uploads], backlog
 
 
-def landed(upload: _Upload, outcome: Outcome | None) -> FileOutcome:
-    """A file's outcome without the database (it went away): committed, refused, not written, or
-    committing as it went (``commit_unknown``: the whole document is in, or nothing of it)."""
-    from knowledge.errors import CommitUnknown
+async def _ingest_pending(svc: KnowledgeService, principal: Principal, run: _Run,
+                          advance: Callable[[], None]) -> None:
+    """Ingest the files read and put (``run.pending``), settling each as its outcome comes (a JSON
+    Lines record at once); the first outcome that says the database went away stops the rest."""
+    pending = run.pending
+    lost: list[KnowledgeError] = []
+    settled, to_settle = anyio.create_memory_object_stream[int](max_buffer_size=max(1, len(pending)))
+
+    async def settle_each() -> None:
+        async with to_settle:
+            async for i in to_settle:  # (an outcome that says the database went away is raised)
+                run.settle(pending[i], await settle(svc, pending[i], run.done[i]))
+
+    async with anyio.create_task_group() as settling:
+        settling.start_soon(settle_each)
+        with settled, anyio.CancelScope() as ingesting:
+            def on_done(index: int, outcome: Outcome) -> None:
+                run.done[index] = outcome
+                advance()
+                if isinstance(outcome, BaseException) and (error := lost_database(outcome)):
+                    lost.append(error)  # the rest would fail alike, each after its retries
+                    ingesting.cancel()
+                else:  # (settle_each gone, cancelled as the command stops: `settle_reported` settles it)
+                    with contextlib.suppress(anyio.BrokenResourceError):
+                        settled.send_nowait(index)
+
+            try:
+                await svc.ingest_many([u.request for u in pending if u.request is not None], on_done=on_done)
+            finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
+                with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
+                    await svc.artifacts.expire_now(
+                        principal.tenant_id, [u.request.source.artifact_id for u in pending if u.request])
+        if lost:
+            settling.cancel_scope.cancel()
+    if lost:
+        raise lost[0]
+
+
+def landed(upload: _Upload, outcome: Outcome | None, *, chunks: int | None = None,
+           why: str = "the database went away first") -> FileOutcome:
+    """A file's outcome from its ingest's without the database (gone, or no time to ask it):
+    committed (with ``chunks`` if they were read), refused, committing as it went
+    (``commit_unknown``: the whole document is in, or nothing of it), or not written (``why``)."""
+    from knowledge.errors import CommitUnknown, IngestRefused
     from knowledge.models import KnowledgeDocument
 
     out = upload.out
     if isinstance(outcome, KnowledgeDocument):
         return replace(out, outcome="new_version" if upload.existing else "ingested",
-                       document_id=outcome.document_id, version=outcome.version)
+                       document_id=outcome.document_id, version=outcome.version, chunks=chunks)
     if isinstance(outcome, CommitUnknown):
         request = upload.request
         return replace(out, reason=outcome.reason,
                        document_id=(request.document_id or request.replaces) if request is not None else None,
                        message="the database went away as it committed: the whole document is in, or nothing "
                                "of it; the same command again settles it")
+    if isinstance(outcome, IngestRefused):
+        return replace(out, reason=outcome.reason, message=outcome.message, chunk_ordinal=outcome.chunk_ordinal,
+                       heading_path=list(outcome.heading_path) if outcome.heading_path is not None else None)
     if isinstance(outcome, KnowledgeError) and lost_database(outcome) is None:
         return replace(out, reason=outcome.reason, message=outcome.message)
-    return replace(out, reason="not_ingested", message="the database went away first")
+    return replace(out, reason="not_ingested", message=why)
 
 
 def _progress(opts: Options) -> Progress:

@@ -34,12 +34,9 @@ import anyio
 import psutil
 from anyio.abc import ByteReceiveStream
 
-from knowledge.maintenance.audit import audit_storage
-from knowledge.store.audit import UNEXPIRING
 from knowledge.store.db import Database, open_bridge
 from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
-from knowledge.store.server import DATABASE_SESSIONS_OF
-from knowledge.stress.signals import GRACE_SECONDS, HANG_SECONDS, settle
+from knowledge.stress.signals import HANG_SECONDS, settle, store_leftovers
 from knowledge.supervisors.embedded_pg import embedded_status, start_embedded, stop_embedded
 
 #: Exit codes of a process ended by an uncaught KeyboardInterrupt (Python re-raises SIGINT: -2),
@@ -203,16 +200,8 @@ async def _judge_leftovers(children: set[int], dsn: str, tenant: str, app: str) 
         problems.append(f"children left running: {[' '.join(p.cmdline()[:4]) for p in left]}")
         for p in left:
             p.kill()
+    problems += await store_leftovers(dsn, app, tenant, "the host")
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-        async def connections() -> int:
-            return int(await db.fetchval(DATABASE_SESSIONS_OF, app))
-
-        if still := await settle(connections, GRACE_SECONDS):
-            problems.append(f"{still} connections of the host still open")
-        audit = await audit_storage(db, None, [tenant])
-        problems += audit.partial + audit.orphans + audit.statistics
-        if unexpiring := int(await db.fetchval(UNEXPIRING, tenant)):
-            problems.append(f"{unexpiring} artifacts without an expiry that no document holds")
         await db.execute(DROP_TENANT_DOCUMENTS, tenant)
     return problems
 

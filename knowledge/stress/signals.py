@@ -198,12 +198,20 @@ async def _judge_leftovers(pid: int, dsn: str, tenant: str) -> list[str]:
         problems.append(f"left running: {[' '.join(p.cmdline()[:3]) for p in left]}")
         for p in left:
             p.kill()
+    return problems + await store_leftovers(dsn, APPLICATION, tenant, "the command")
+
+
+async def store_leftovers(dsn: str, application: str, tenant: str, who: str) -> list[str]:
+    """What an ended process (``who``) left in the store: its connections (by application name,
+    given a moment to go), partial documents, orphans, statistics that disagree, and artifacts
+    without an expiry that no document holds."""
+    problems = []
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
         async def connections() -> int:
-            return int(await db.fetchval(DATABASE_SESSIONS_OF, APPLICATION))
+            return int(await db.fetchval(DATABASE_SESSIONS_OF, application))
 
         if still := await settle(connections):
-            problems.append(f"{still} connections of the command still open")
+            problems.append(f"{still} connections of {who} still open")
         audit = await audit_storage(db, None, [tenant])
         problems += audit.partial + audit.orphans + audit.statistics
         unexpiring = int(await db.fetchval(UNEXPIRING, tenant))

@@ -292,8 +292,8 @@ def test_ingest_folder_json_outcomes_refusals_and_reingest(knowledge: Cli, corpu
     assert isinstance(deploy["chunk_ordinal"], int) and deploy["heading_path"][:2] == ["deploy.md", "Deploy"]
     assert key_id not in result.out + result.err and secret not in result.out + result.err
 
-    # Again (a subfolder and a file: found under the keys the first ingest gave them): unchanged; a
-    # changed file becomes a new version of its document.
+    # Again (the same files, through a subfolder and alone: the same real locations, the same
+    # documents): unchanged; a changed file becomes a new version of its document.
     again = knowledge("--json", "ingest", str(corpus / "guide"), str(corpus / "notes.txt"))
     assert again.code == 0 and again.json()["outcomes"] == {"unchanged": 2}
     (corpus / "guide" / "runbook.md").write_text(RUNBOOK + "\n## Aftercare\n\nWrite the incident note.\n")

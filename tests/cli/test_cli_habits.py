@@ -1,6 +1,7 @@
 """The CLI's habits (issue 20 §2, §4): help without Python type names, JSON Lines, a search
 rendered for a person on a terminal (through a real pty), document identity that survives a
-moved folder, and read-only commands that never start the embedding model."""
+moved folder ingested under the same ``--as`` name, and read-only commands that never start the
+embedding model. (Document identity itself: tests/cli/test_identity.py.)"""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from rich.text import Text
 
 from knowledge.cli import interrupt
 from knowledge.cli.app import app, hoist_global_flags, main
-from knowledge.cli.files import Found, document_id_for, identity_candidates, legacy_document_id
 from knowledge.cli.help import plain_help
 from knowledge.cli.output import fitting_lines
 from knowledge.service import KnowledgeService
@@ -146,33 +146,24 @@ def test_search_reads_as_passages_on_a_terminal_and_as_the_envelope_when_piped(
     assert text.stdout.startswith("1. runbook.md") and "\x1b[" not in text.stdout  # no colour into a pipe
 
 
-def test_a_moved_folder_is_not_a_second_copy(knowledge: Cli, docs: Path, tmp_path: Path) -> None:
-    first = {Path(f["path"]).name: f for f in knowledge("--json", "ingest", str(docs)).json()["files"]}
+def test_a_moved_folder_under_the_same_name_is_not_a_second_copy(knowledge: Cli, docs: Path, tmp_path: Path) -> None:
+    first = {Path(f["path"]).name: f for f in knowledge("--json", "ingest", str(docs), "--as", "docs").json()["files"]}
     moved = tmp_path / "elsewhere" / "docs"
     moved.parent.mkdir()
     shutil.move(docs, moved)
-    again = knowledge("--json", "ingest", str(moved))
+    again = knowledge("--json", "ingest", str(moved), "--as", "docs")
     assert again.json()["outcomes"] == {"unchanged": 2, "unsupported_media_type": 1}
     assert {Path(f["path"]).name: f["document_id"] for f in again.json()["files"] if f["document_id"]} == {
         name: f["document_id"] for name, f in first.items() if f["document_id"]}
-    # A subfolder or a file of it alone: found under the keys the folder's ingest gave them.
-    assert knowledge("--json", "ingest", str(moved / "ops")).json()["outcomes"] == {"unchanged": 1}
+    # A subfolder or a file of it alone, under the names the folder's ingest gave them.
+    assert knowledge("--json", "ingest", str(moved / "ops"), "--as", "docs/ops").json()["outcomes"] == {
+        "unchanged": 1}
     (moved / "ops" / "runbook.md").write_text(RUNBOOK + "\n## Aftercare\n\nWrite the incident note.\n")
-    (entry,) = knowledge("--json", "ingest", str(moved / "ops" / "runbook.md")).json()["files"]
+    (entry,) = knowledge("--json", "ingest", str(moved / "ops" / "runbook.md"), "--as",
+                         "docs/ops/runbook.md").json()["files"]
     assert (entry["outcome"], entry["version"], entry["document_id"]) == (
         "new_version", 2, first["runbook.md"]["document_id"])
     assert len(knowledge("--json", "docs", "list").json()) == 2  # no second copy of anything
-
-
-def test_identity_candidates_most_specific_first_never_shorter_keys(tmp_path: Path) -> None:
-    file = tmp_path / "a" / "docs" / "x.md"
-    found = Found(file, "x.md", "docs/x.md")
-    ids = identity_candidates("t", found)
-    parts = file.resolve().parts[1:]
-    assert ids[0] == document_id_for("t", "/".join(parts))  # the whole path first
-    assert ids[-2] == document_id_for("t", "docs/x.md") and ids[-1] == legacy_document_id("t", file)
-    assert document_id_for("t", "x.md") not in ids  # a shorter key may be another folder's file
-    assert len(ids) == len(parts) - 1 + 1
 
 
 def test_read_only_commands_and_ingest_never_start_the_embedding_model(knowledge: Cli, docs: Path,
