@@ -3,10 +3,11 @@
 An ingest (or re-chunk) with the semantic arm on writes, in its own transaction, one queue row per
 chunk set and model version. `EmbeddingDrain` — an actor of the service's task group — claims rows
 under a lease, tenant-fair (each tenant's oldest first: one tenant's backlog never holds another's
-behind it; a drain may also serve one tenant only, `Settings.embedding_tenant`), embeds the set's chunks that have no vector under the version (in
-the embedder child, a batch of `BATCH_PASSAGES` passages per request, interleaved there with
-query embeddings), writes each batch's vectors as soon as it has them, and deletes the row when
-the set is done. Until then the lexical arm finds the passages and the semantic arm does not.
+behind it; a drain may also serve one tenant only, `Settings.embedding_tenant`), embeds the set's
+chunks that have no vector under the version (in the embedder child, a batch of `BATCH_PASSAGES`
+passages per request, interleaved there with query embeddings), writes each batch's vectors as soon
+as it has them, and deletes the row when the set is done. Until then the lexical arm finds the
+passages and the semantic arm does not.
 
 - **Nothing is lost.** The queue lives in the database: a killed process's lease expires and any
   drain takes the row again; a batch whose vectors were written is not embedded twice (only

@@ -1,5 +1,6 @@
 """Start (or join) the embedded server for a data dir, print its facts as JSON, then exit, sleep
-(``hold``: the tests SIGKILL it; ``operator``: started as ``knowledge db start`` starts it, then exit) or wait for its standard input to close and exit cleanly (``wait``).
+(``hold``: the tests SIGKILL it; ``operator``: started as ``knowledge db start`` starts it, then
+exit) or wait for its standard input to close and exit cleanly (``wait``).
 
 Used by the tests to play host processes that start, join and leave the server."""
 
