@@ -58,6 +58,35 @@ async def main(settings: Settings, tenant: str) -> None:
         await work(svc, tenant)
 
 
+def dump_tasks(signum: int, frame: object) -> None:
+    """Every thread's stack, then every task's (trio's tree, or asyncio's tasks), on stderr."""
+    faulthandler.dump_traceback(all_threads=True)
+    lines: list[str] = []
+    try:
+        import trio
+
+        def walk(task: trio.lowlevel.Task, depth: int) -> None:
+            lines.append(f"{'  ' * depth}task {task.name}")
+            lines.extend(f"{'  ' * depth}  {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}"
+                         for f, _ in task.iter_await_frames())
+            for nursery in task.child_nurseries:
+                for child in nursery.child_tasks:
+                    walk(child, depth + 1)
+
+        root = trio.lowlevel.current_root_task()
+        if root is not None:
+            walk(root, 0)
+    except RuntimeError:  # not under trio
+        try:
+            for task in asyncio.all_tasks(asyncio.get_running_loop()):
+                lines.append(f"task {task.get_name()}")
+                lines.extend(f"  {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack())
+        except RuntimeError:
+            pass
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+
+
 def run() -> None:
     parser = argparse.ArgumentParser(prog="python -m knowledge.stress.host")
     parser.add_argument("--loop", choices=("trio", "asyncio"), required=True)
@@ -70,7 +99,7 @@ def run() -> None:
     settings = Settings.from_env(dsn=args.dsn, data_dir=args.data_dir, application_name=args.app,
                                  semantic_arm=args.semantic == "on", sweep_interval_seconds=60.0,
                                  attachment_workers=1)
-    faulthandler.register(signal.SIGUSR1)  # a hung host's stacks, for the harness's report
+    signal.signal(signal.SIGUSR1, dump_tasks)  # a hung host's stacks and tasks, for the harness's report
     print("starting", flush=True)
     if args.loop == "trio":
         import trio

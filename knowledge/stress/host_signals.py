@@ -130,7 +130,7 @@ async def one_round(loop: str, delay: float, *, dsn: str, data_dir: Path | None,
                 process.send_signal(signal.SIGUSR1)  # the host's faulthandler prints every thread's stack
                 await anyio.sleep(1.0)
                 result.problems.append(f"still running {HANG_SECONDS:.0f} s after SIGINT; its stacks: "
-                                       f"{stderr.decode(errors='replace')[-3000:]}")
+                                       f"{stderr.decode(errors='replace')[-12000:]}")
                 os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
     finally:
