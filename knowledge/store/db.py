@@ -291,7 +291,12 @@ class Database:
                     released = True
             finally:  # (also when the release itself is interrupted: KeyboardInterrupt, asyncio's Task.cancel)
                 if not released:
-                    raw.terminate()
+                    # Quietly: asyncpg's own release goes on (shielded) after our wait for it is
+                    # interrupted, and once it has returned the connection to the pool the proxy
+                    # refuses every call with InterfaceError — which, raised here, would replace the
+                    # interruption (a KeyboardInterrupt turned into a transient fault and retried).
+                    with _quiet():
+                        raw.terminate()
 
     @contextlib.asynccontextmanager
     async def transaction(self, isolation: IsolationLevel | None = None, *,

@@ -47,6 +47,21 @@ T = TypeVar("T")
 RETRY_DELAYS: tuple[float, ...] = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
+def interruption(exc: BaseException) -> BaseException | None:
+    """The ``KeyboardInterrupt`` or ``SystemExit`` that ``exc`` was raised while unwinding (its
+    ``__context__`` chain), if any. A cleanup that fails during Ctrl-C (a driver refusing a call on a
+    connection it already took back) raises an ordinary error in place of the interrupt; retrying
+    that error, or turning it into `DatabaseUnavailable`, would swallow the Ctrl-C."""
+    seen: set[int] = set()
+    current = exc.__context__
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (KeyboardInterrupt, SystemExit)):
+            return current
+        seen.add(id(current))
+        current = current.__context__
+    return None
+
+
 def unavailable(what: str, exc: BaseException) -> DatabaseUnavailable:
     """The typed error for a transient fault that is not (or no longer) retried."""
     error = DatabaseUnavailable(message=f"{what}: {type(exc).__name__}: {exc}")
@@ -60,6 +75,8 @@ async def typed_faults(what: str, op: Callable[[], Awaitable[T]]) -> T:
     try:
         return await op()
     except Exception as exc:
+        if (interrupted := interruption(exc)) is not None:
+            raise interrupted  # noqa: B904 - the interrupt, whose unwinding raised exc
         if is_transient(exc) and not isinstance(exc, DatabaseUnavailable):
             raise unavailable(what, exc) from exc
         raise
@@ -75,6 +92,8 @@ async def retry_transient(what: str, op: Callable[[], Awaitable[T]],
         try:
             return await op()
         except Exception as exc:
+            if (interrupted := interruption(exc)) is not None:
+                raise interrupted  # noqa: B904 - the interrupt, whose unwinding raised exc
             if not is_transient(exc) or (isinstance(exc, DatabaseUnavailable) and delay is None):
                 raise
             if delay is None:

@@ -21,6 +21,7 @@ import signal
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from knowledge.config import Settings
 from knowledge.core.prepare import IngestRequest
@@ -61,7 +62,7 @@ async def main(settings: Settings, tenant: str) -> None:
 def dump_tasks(signum: int, frame: object) -> None:
     """Every thread's stack, then every task's (trio's tree, or asyncio's tasks), on stderr."""
     faulthandler.dump_traceback(all_threads=True)
-    lines: list[str] = []
+    lines: list[str] = [f"SIGINT handler: {signal.getsignal(signal.SIGINT)!r}"]
     try:
         import trio
 
@@ -75,12 +76,20 @@ def dump_tasks(signum: int, frame: object) -> None:
 
         root = trio.lowlevel.current_root_task()
         if root is not None:
+            from trio._core._run import GLOBAL_RUN_CONTEXT  # trio's own state: is a Ctrl-C pending?
+
+            lines.append(f"trio ki_pending: {getattr(GLOBAL_RUN_CONTEXT.runner, 'ki_pending', '?')}")
             walk(root, 0)
     except RuntimeError:  # not under trio
         try:
             for task in asyncio.all_tasks(asyncio.get_running_loop()):
                 lines.append(f"task {task.get_name()}")
-                lines.extend(f"  {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}" for f in task.get_stack())
+                awaited: Any = task.get_coro()
+                while awaited is not None:  # the coroutine chain down to what it waits for
+                    frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+                    if frame is not None:
+                        lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+                    awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
         except RuntimeError:
             pass
     sys.stderr.write("\n".join(lines) + "\n")
@@ -99,6 +108,11 @@ def run() -> None:
     settings = Settings.from_env(dsn=args.dsn, data_dir=args.data_dir, application_name=args.app,
                                  semantic_arm=args.semantic == "on", sweep_interval_seconds=60.0,
                                  attachment_workers=1)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started by a non-interactive shell as a background job, the process inherits SIGINT
+        # ignored (SIG_IGN survives exec); a host run from a terminal has Python's default handler,
+        # which is what the harness tests.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, dump_tasks)  # a hung host's stacks and tasks, for the harness's report
     print("starting", flush=True)
     if args.loop == "trio":

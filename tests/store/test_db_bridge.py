@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import anyio
 import pytest
 import trio
 
 from knowledge.store.db import Database, open_bridge
+from knowledge.store.retry import retry_transient, typed_faults
 
 
 async def _active_sleeps(dsn: str, app: str) -> int:
@@ -82,3 +84,59 @@ async def test_trio_move_on_after_cancels_pg_sleep_and_pool_closes(database_dsn:
                 assert await db.fetchval("SELECT 1") == 1
                 assert db.pool_stats()["size"] == 2
             assert await _active_sleeps(database_dsn, app) == 0
+
+
+@pytest.mark.anyio
+async def test_ctrl_c_as_the_pool_takes_a_connection_back_stays_a_ctrl_c(database_dsn: str) -> None:
+    """Issue 37's last hang: Ctrl-C reached a trio host while it waited for ``pool.release``, just
+    as asyncpg's (shielded) release returned the connection to the pool. The cleanup then terminated
+    the proxy, which refuses every call once released (InterfaceError) — an ordinary, *transient*
+    error raised in place of the KeyboardInterrupt, so the artifact put around it retried and the
+    host worked on with its Ctrl-C lost."""
+    async with open_bridge() as bridge, Database.open(database_dsn, bridge=bridge, max_size=1) as db:
+        bridged = db._run
+
+        async def interrupted_as_released(fn: Any, *args: Any) -> Any:
+            result = await bridged(fn, *args)
+            if fn == db._pool.release:
+                raise KeyboardInterrupt  # as trio delivers it: once the release has completed
+            return result
+
+        db._run = interrupted_as_released  # type: ignore[assignment]
+        attempts = 0
+
+        async def put() -> int:
+            nonlocal attempts
+            attempts += 1
+            async with db.connection() as conn:
+                return int(await conn.fetchval("SELECT 1"))
+
+        with pytest.raises(KeyboardInterrupt):  # the connection's own cleanup keeps it a Ctrl-C
+            async with db.connection() as conn:
+                await conn.fetchval("SELECT 1")
+        with pytest.raises(KeyboardInterrupt):
+            await retry_transient("a put", put)
+        assert attempts == 1
+        db._run = bridged
+        assert await db.fetchval("SELECT 7") == 7  # the one connection came back to the pool
+
+
+@pytest.mark.anyio
+async def test_an_error_raised_while_ctrl_c_unwinds_is_not_retried_nor_typed() -> None:
+    """Whatever cleanup raises in place of a Ctrl-C (its ``__context__``), the retry and the typing of
+    faults raise the Ctrl-C, once."""
+    calls = 0
+
+    async def cleanup_fails() -> None:
+        nonlocal calls
+        calls += 1
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise ConnectionResetError("the connection is gone")
+
+    with pytest.raises(KeyboardInterrupt):
+        await retry_transient("a read", cleanup_fails)
+    with pytest.raises(KeyboardInterrupt):
+        await typed_faults("a turn", cleanup_fails)
+    assert calls == 2
