@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from knowledge import semantic
@@ -224,18 +224,25 @@ class KnowledgeService:
         held = HeldError()  # the host's own exception leaves the block as itself
         with keyboard_interrupt_at_checkpoints(), unwrapped():
             async with anyio.create_task_group() as owner:
-                closing = anyio.Event()
-                svc: KnowledgeService = await owner.start(cls._serve, settings, closing, owner.cancel_scope)
+                closing, ready = anyio.Event(), anyio.Event()
+                opened: list[KnowledgeService] = []
+                # Not `owner.start`: a start whose caller is interrupted as the service finishes
+                # opening leaves the service's task where neither side can end it (trio's
+                # `started()` into a cancelled start does not hand the task over; anyio's asyncio
+                # start cancels it and waits) while the task waits, shielded, for `closing`.
+                owner.start_soon(cls._serve, settings, closing, (ready, opened), owner.cancel_scope,
+                                 name="knowledge.service")
                 try:
+                    await ready.wait()  # (the task failing to open cancels this wait; the group raises why)
                     with held:
-                        yield svc
+                        yield opened[0]
                 finally:
                     closing.set()  # however the block ends: the service closes after it, never beside it
         held.reraise()
 
     @classmethod
-    async def _serve(cls, settings: Settings, closing: anyio.Event, block: anyio.CancelScope, *,
-                     task_status: TaskStatus[KnowledgeService]) -> None:
+    async def _serve(cls, settings: Settings, closing: anyio.Event,
+                     opened: tuple[anyio.Event, list[KnowledgeService]], block: anyio.CancelScope) -> None:
         async with cls._opened(settings) as svc:
             async def guard() -> None:
                 """The service's task group ending before the host's block did (a background task
@@ -247,7 +254,9 @@ class KnowledgeService:
                         block.cancel()
 
             svc.start_background("block-guard", guard)
-            task_status.started(svc)
+            ready, into = opened
+            into.append(svc)
+            ready.set()
             # A cancellation of the scopes around the host's block reaches the block; the service
             # waits for the block to end (its cleanup may still use the service) before it closes.
             with anyio.CancelScope(shield=True):

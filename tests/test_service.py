@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import anyio
 import pytest
 
@@ -133,3 +137,44 @@ async def test_a_background_task_that_fails_ends_the_block_with_its_error(settin
         async with KnowledgeService.open(settings) as svc:
             svc.start_background("fails", fails)
             await anyio.sleep_forever()  # cancelled by the failure, which then leaves the block as itself
+
+
+@pytest.mark.anyio
+async def test_an_interruption_as_the_service_finishes_opening_closes_it_and_propagates(settings: Settings) -> None:
+    """The host's scope is cancelled (trio delivers Ctrl-C the same way) in the last step of opening,
+    before the host's task has the service: the service closes and the cancellation propagates.
+    Handed over with ``task_group.start``, this deadlocked — trio's ``started()`` into a cancelled
+    start keeps the service's task in the start, which waits for it, while the task waits, shielded,
+    for the block that never begins to end (the trio host's rare hang on an early Ctrl-C)."""
+    assert settings.dsn is not None
+    closings: list[anyio.Event] = []
+
+    class InterruptedAsItOpens(KnowledgeService):
+        @classmethod
+        async def _serve(cls, settings: Settings, closing: anyio.Event, *rest: Any, **named: Any) -> None:
+            closings.append(closing)
+            await super()._serve(settings, closing, *rest, **named)
+
+        @classmethod
+        @contextlib.asynccontextmanager
+        async def _opened(cls, settings: Settings) -> AsyncIterator[KnowledgeService]:
+            async with super()._opened(settings) as svc:
+                outer.cancel()
+                yield svc
+
+    hung, entered = [], []
+
+    async def hang_detector() -> None:
+        await anyio.sleep(60)
+        hung.append(True)
+        for closing in closings:  # (the only way out of the deadlock)
+            closing.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hang_detector)
+        with anyio.CancelScope() as outer:
+            async with InterruptedAsItOpens.open(settings):
+                entered.append(True)
+        tg.cancel_scope.cancel()
+    assert hung == [] and outer.cancelled_caught and entered == []
+    assert await _connections_of(settings.dsn, settings.application_name) == 0
