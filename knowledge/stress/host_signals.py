@@ -235,22 +235,23 @@ async def startup_span(loop: str, dsn: str | None, env: dict[str, str], data_dir
 
 
 async def interrupt_hosts(rounds: int, dsn: str, *, loop: str, seed: int = 0, work_seconds: float = 1.5,
-                          data_dir: Path | None = None, embedded_share: float = 0.0,
+                          opening_share: float = 0.3, data_dir: Path | None = None, embedded_share: float = 0.0,
                           env: dict[str, str] | None = None) -> list[HostRound]:
     """``rounds`` hosts under ``loop``, each interrupted once at a moment drawn uniformly from its
-    first line to ``work_seconds`` after its service is open. A share ``embedded_share`` of the
-    rounds use the embedded server of ``data_dir`` instead of ``dsn`` (which must then reach that
-    server's database)."""
+    first line to ``work_seconds`` after its service is open — or, for a share ``opening_share`` of
+    the rounds, from the opening alone (short beside the work, and where a Ctrl-C as the service
+    finishes opening once deadlocked it). A share ``embedded_share`` of the rounds use the embedded
+    server of ``data_dir`` instead of ``dsn`` (which must then reach that server's database)."""
     env = {**os.environ, **(env or {})}
     env.pop("KNOWLEDGE_DSN", None)
     env["KNOWLEDGE_SEMANTIC_ARM"] = "off"
     embedded_only = data_dir is not None and embedded_share >= 1.0
-    span = await startup_span(loop, None if embedded_only else dsn, env, data_dir if embedded_only else None)
-    span += work_seconds
+    opening = await startup_span(loop, None if embedded_only else dsn, env, data_dir if embedded_only else None)
     rng = random.Random(seed)
     results = []
     for _ in range(rounds):
         embedded = data_dir is not None and rng.random() < embedded_share
+        span = opening if rng.random() < opening_share else opening + work_seconds
         results.append(await one_round(loop, rng.uniform(0.0, span), dsn=dsn,
                                        data_dir=data_dir if embedded else None, env=env))
     return results
