@@ -65,7 +65,7 @@ from knowledge.parsers.base import ExtractorRegistry
 from knowledge.parsers.pdf import PdfExtractor
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.retrieval.search import Arm, LexicalArm, Searcher
-from knowledge.retrieval.turn import run_turn
+from knowledge.retrieval.turn import ToolSearch, run_tool_search, run_turn
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
@@ -489,6 +489,18 @@ class KnowledgeService:
         caller rolls the trace back and returns nothing."""
         return await call_in_group(self._task_group, typed_faults, "turn",
                                    functools.partial(run_turn, self.db, self.searcher, request))
+
+    async def tool_search(self, query: KnowledgeQuery, *, trace_id: UUID | None = None,
+                          session_id: str | None = None, turn_id: str | None = None) -> ToolSearch:
+        """``knowledge.search`` as the agent calls it (the tool handler's path): search, render the
+        block the tool returns and append it, with its passages, to the turn's trace ``trace_id``
+        (the turn's `TurnResult.trace`; it must be ``query``'s principal's, and its recall ceiling
+        caps the search's) — or, without one, to a trace of the call's own — in one transaction
+        (`knowledge.retrieval.turn.run_tool_search`). Raises `ToolRefused` (``unknown_trace``). Runs
+        as a task of the service; cancelling the caller returns nothing and traces nothing."""
+        return await call_in_group(self._task_group, typed_faults, "tool_search", functools.partial(
+            run_tool_search, self.db, self.searcher, query, trace_id=trace_id, session_id=session_id,
+            turn_id=turn_id))
 
     async def trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
         """A turn's `RecallTrace` as stored (beliefs and passages in one record), or None.

@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -81,7 +82,10 @@ class ScopeVocabulary:
 
 class ToolContext(BaseModel):
     """Who is calling, from which turn: the principal (tenant, scopes), the turn's origin trust,
-    and the surface's project scope and sensitivity ceiling."""
+    the surface's project scope and sensitivity ceiling, and the turn's trace (``trace_id``, from
+    `TurnResult.trace`): what ``knowledge.search`` returns is appended to it, so the trace shows
+    what the agent knew from both paths. Without one, each search writes a trace of its own
+    (surface ``tool``, with ``session_id`` and ``turn_id`` if given) whose id the result carries."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -89,6 +93,9 @@ class ToolContext(BaseModel):
     origin_trust: TrustLevel
     current_scope: str | None = None
     sensitivity_ceiling: Sensitivity = Sensitivity.INTERNAL
+    trace_id: UUID | None = None
+    session_id: str | None = Field(default=None, max_length=256)
+    turn_id: str | None = Field(default=None, max_length=256)
 
 
 class ToolResult(BaseModel):
@@ -233,11 +240,14 @@ async def _search(service: KnowledgeService, context: ToolContext, args: SearchA
         current_scope=context.current_scope, text=args.text, as_of=args.as_of,
         sensitivity_ceiling=context.sensitivity_ceiling,
     )
-    passages = await service.search(query)
-    as_of = args.as_of or datetime.now(UTC)
+    found = await service.tool_search(query, trace_id=context.trace_id, session_id=context.session_id,
+                                      turn_id=context.turn_id)
+    content = found.block if found.block is not None else render_knowledge_block(
+        [], found.rendered_at, service.searcher.policy.name)
     return ToolResult(
-        tool="knowledge.search", content=render_knowledge_block(passages, as_of),
-        data={"passages": [json.loads(p.model_dump_json()) for p in passages]},
+        tool="knowledge.search", content=content,
+        data={"passages": [json.loads(p.model_dump_json()) for p in found.passages],
+              "trace_id": str(found.trace_id), "call_no": found.call_no},
     )
 
 

@@ -78,7 +78,7 @@ def stats(ctx: typer.Context) -> int:
     corpus, ingest, pressure, citations, attachments, backlog = (
         read.corpus, read.ingest, read.pressure, read.citations, read.attachments, read.backlog)
     arm = semantic_arm_state(version, read.semantic_missing)
-    traced = pressure.turns > 0
+    traced = pressure.turns > 0 or pressure.tool_calls > 0
     if opts.out.json:
         opts.out.emit_json({
             "tenant": opts.tenant,
@@ -120,6 +120,7 @@ def stats(ctx: typer.Context) -> int:
             "passages yielded": f"{pressure.passages_yielded} of {pressure.passages_admitted} admitted "
                                 f"({pressure.yielded_passage_share:.1%}), {pressure.tokens_yielded} tokens",
             "recall yielded too": f"{pressure.recall_yielded_turns} turns",
+            "knowledge.search calls": f"{pressure.tool_calls} ({pressure.tool_passages} passages returned)",
         })
     if citations is None or not citations.traces:
         out.line(f"citations: {NO_TRACES}")

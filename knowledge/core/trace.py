@@ -130,10 +130,41 @@ class TraceBudget(BaseModel):
                    withheld_beliefs=withheld_beliefs)
 
 
+def _one_block(block_sha256: str | None, passages: list[TracedPassage]) -> None:
+    if (block_sha256 is None) != (not passages):
+        raise ValueError("a block hash is recorded exactly when passages were rendered")
+    if any(p.block_sha256 != block_sha256 for p in passages):
+        raise ValueError("every traced passage carries the hash of the block it was rendered in")
+
+
+class TracedToolCall(BaseModel):
+    """A ``knowledge.search`` result the agent got in the turn (the tool is the path): its query,
+    the instant its block rendered at, the hash of the block the tool returned and its passages,
+    each carrying that hash. ``query_text`` is None in the second retention tier."""
+
+    model_config = _FROZEN
+
+    call_no: int = Field(ge=1)  # 1, 2, … in the order the calls were made
+    tool: str
+    query_text: str | None
+    query_as_of: datetime | None = None
+    rendered_at: datetime
+    block_sha256: str | None = Field(default=None, pattern=_SHA256)
+    passages: list[TracedPassage]
+    created_at: datetime | None = None  # set by the database when written
+
+    @model_validator(mode="after")
+    def _block_covers_passages(self) -> Self:
+        _one_block(self.block_sha256, self.passages)
+        return self
+
+
 class RecallTrace(BaseModel):
-    """What one turn rendered: beliefs and passages in one record, with the rendered block's hash.
+    """What one turn gave the agent: the beliefs and passages the turn rendered in one record, with
+    the rendered block's hash, and every ``knowledge.search`` result of the turn (`tool_calls`).
 
     ``block_sha256`` is set exactly when passages were rendered, and every passage carries it.
+    A trace written by a tool call outside a turn has no turn block and one tool call.
     """
 
     model_config = _FROZEN
@@ -155,26 +186,40 @@ class RecallTrace(BaseModel):
     budget: TraceBudget
     created_at: datetime | None = None  # set by the database when written
     reduced_at: datetime | None = None  # set when the trace entered the second retention tier
+    tool_calls: list[TracedToolCall] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _block_covers_passages(self) -> Self:
-        if (self.block_sha256 is None) != (not self.passages):
-            raise ValueError("a trace has a block hash exactly when it rendered passages")
-        if any(p.block_sha256 != self.block_sha256 for p in self.passages):
-            raise ValueError("every traced passage carries the hash of the block it was rendered in")
+        _one_block(self.block_sha256, self.passages)
+        if [c.call_no for c in self.tool_calls] != list(range(1, len(self.tool_calls) + 1)):
+            raise ValueError("a trace's tool calls are numbered 1, 2, … in order")
         return self
 
+    def blocks(self) -> list[tuple[int, datetime, str | None, list[TracedPassage]]]:
+        """Every block the agent was given in the turn: (call number — 0 for the turn's own —,
+        the instant it rendered at, its hash, its passages)."""
+        return [(0, self.rendered_at, self.block_sha256, self.passages),
+                *((c.call_no, c.rendered_at, c.block_sha256, c.passages) for c in self.tool_calls)]
 
-def rerender(trace: RecallTrace, texts: Mapping[str, str]) -> str:
-    """Render the trace's passages again, in order, with their texts from ``texts`` (chunk id -> text).
+    def all_passages(self) -> list[TracedPassage]:
+        """The passages of every block, the turn's first."""
+        return [p for _, _, _, passages in self.blocks() for p in passages]
 
-    Raises ``ValueError`` if the trace rendered nothing, lost a title or heading path (a deleted
+
+def rerender(trace: RecallTrace, texts: Mapping[str, str], call_no: int = 0) -> str:
+    """Render one of the trace's blocks again (the turn's own, or tool call ``call_no``'s), its
+    passages in order, with their texts from ``texts`` (chunk id -> text).
+
+    Raises ``ValueError`` if that block rendered nothing, lost a title or heading path (a deleted
     chunk, or the second retention tier), or a text is missing or is not the one traced.
     """
-    if not trace.passages:
-        raise ValueError("the trace rendered no passages")
+    found = [(at, traced) for n, at, _, traced in trace.blocks() if n == call_no]
+    if not found or not found[0][1]:
+        raise ValueError("the trace rendered no passages" if call_no == 0 else
+                         f"tool call {call_no} of the trace returned no passages")
+    rendered_at, traced = found[0]
     passages: list[RetrievedPassage] = []
-    for p in trace.passages:
+    for p in traced:
         if p.title is None or p.heading_path is None:
             raise ValueError(f"{p.chunk_id}: the trace no longer holds its title and heading path")
         text = texts.get(p.chunk_id)
@@ -184,7 +229,7 @@ def rerender(trace: RecallTrace, texts: Mapping[str, str]) -> str:
             chunk_id=p.chunk_id, document_id=p.document_id, title=p.title, heading_path=p.heading_path, text=text,
             doc_date=p.doc_date, authority=p.authority, score=p.score, arms=p.arms,
             instruction_like=p.instruction_like, tokens=p.tokens))
-    return render_knowledge_block(passages, as_of=trace.rendered_at, policy=trace.policy)
+    return render_knowledge_block(passages, as_of=rendered_at, policy=trace.policy)
 
 
 # --- the view -----------------------------------------------------------------------------------
@@ -242,6 +287,29 @@ class ViewedBelief(BaseModel):
         return f"  {self.rank}. [{self.belief_id}] {self.text if self.text is not None else REDUCED_NOTICE}"
 
 
+class ViewedToolCall(BaseModel):
+    """A tool call of the turn as the viewer may see it: its passages filtered like the turn's."""
+
+    model_config = _FROZEN
+
+    call_no: int
+    tool: str
+    query_text: str | None
+    block_sha256: str | None
+    passages: list[ViewedPassage]
+    withheld_passages: int
+
+    def render(self) -> str:
+        query = self.query_text if self.query_text is not None else REDUCED_NOTICE
+        lines = [f"tool call {self.call_no}: {self.tool} {query!r} returned "
+                 f"{len(self.passages) + self.withheld_passages} passage(s)"
+                 + (f" (block sha256 {self.block_sha256})" if self.block_sha256 else ""),
+                 *(p.render() for p in self.passages)]
+        if self.withheld_passages:
+            lines.append(f"  withheld from this view: {self.withheld_passages} passage(s)")
+        return "\n".join(lines)
+
+
 class RecallTraceView(BaseModel):
     """A trace as one viewer may see it: filtered at ``effective_ceiling`` (the stricter of the
     recall and viewing surfaces' ceilings), with deleted passages marked deleted."""
@@ -262,6 +330,7 @@ class RecallTraceView(BaseModel):
     withheld_beliefs: int  # above the effective ceiling: counted, never shown
     withheld_passages: int
     budget: TraceBudget
+    tool_calls: list[ViewedToolCall] = Field(default_factory=list)
 
     def render(self) -> str:
         """The view as text, for a person."""
@@ -276,8 +345,9 @@ class RecallTraceView(BaseModel):
             *(p.render() for p in self.passages),
         ]
         if self.withheld_beliefs or self.withheld_passages:
-            lines.append(f"withheld above this view's ceiling: {self.withheld_beliefs} belief(s), "
+            lines.append(f"withheld from this view: {self.withheld_beliefs} belief(s), "
                          f"{self.withheld_passages} passage(s)")
+        lines += [c.render() for c in self.tool_calls]
         k = self.budget.classes.get(KNOWLEDGE.name)
         if k is not None:
             lines.append(f"budget: region {self.budget.region_tokens} tokens; knowledge rendered {k.rendered} of "
@@ -296,11 +366,36 @@ def build_view(
     whose documents the viewer may not see, withheld (and counted) like those above the ceiling."""
     ceiling = min(trace.recall_ceiling, viewing_ceiling)
     beliefs = [b for b in trace.beliefs if b.sensitivity <= ceiling]
+    reduced = trace.reduced_at is not None
+    passages, withheld_passages = _viewed(trace.passages, resolved, ceiling, hidden, reduced)
+    calls = []
+    for call in trace.tool_calls:
+        shown, withheld = _viewed(call.passages, resolved, ceiling, hidden, reduced)
+        calls.append(ViewedToolCall(call_no=call.call_no, tool=call.tool, query_text=call.query_text,
+                                    block_sha256=call.block_sha256, passages=shown, withheld_passages=withheld))
+    return RecallTraceView(
+        trace_id=trace.trace_id, rendered_at=trace.rendered_at, surface=trace.surface,
+        recall_ceiling=trace.recall_ceiling, viewing_ceiling=viewing_ceiling, effective_ceiling=ceiling,
+        query_text=trace.query_text, block_sha256=trace.block_sha256, reduced=trace.reduced_at is not None,
+        beliefs=[ViewedBelief(rank=i, belief_id=b.belief_id, text=b.text) for i, b in enumerate(beliefs, start=1)],
+        passages=passages, withheld_beliefs=len(trace.beliefs) - len(beliefs), withheld_passages=withheld_passages,
+        budget=trace.budget, tool_calls=calls,
+    )
+
+
+def _viewed(
+    traced: list[TracedPassage],
+    resolved: Mapping[str, KnowledgeChunk | DeletedChunk | None],
+    ceiling: Sensitivity,
+    hidden: frozenset[str],
+    reduced: bool,
+) -> tuple[list[ViewedPassage], int]:
+    """One block's passages as shown up to ``ceiling`` (minus ``hidden``), and how many were withheld."""
     passages: list[ViewedPassage] = []
-    withheld_passages = 0
-    for rank, p in enumerate(trace.passages, start=1):
+    withheld = 0
+    for rank, p in enumerate(traced, start=1):
         if p.sensitivity > ceiling or p.chunk_id in hidden:
-            withheld_passages += 1
+            withheld += 1
             continue
         now = resolved.get(p.chunk_id)
         if isinstance(now, DeletedChunk):
@@ -308,7 +403,7 @@ def build_view(
                                           deleted_at=now.deleted_at))
         elif now is None or now.content_sha256 != p.content_sha256:
             passages.append(ViewedPassage(rank=rank, chunk_id=p.chunk_id, state=PassageState.MISSING))
-        elif trace.reduced_at is not None or p.title is None:
+        elif reduced or p.title is None:
             passages.append(ViewedPassage(
                 rank=rank, chunk_id=p.chunk_id, state=PassageState.REDUCED, document_id=p.document_id,
                 version=p.version, score=p.score, arms=p.arms, instruction_like=p.instruction_like))
@@ -317,14 +412,7 @@ def build_view(
                 rank=rank, chunk_id=p.chunk_id, state=PassageState.SHOWN, document_id=p.document_id,
                 version=p.version, title=p.title, heading_path=p.heading_path, doc_date=p.doc_date, score=p.score,
                 arms=p.arms, instruction_like=p.instruction_like, text=now.text))
-    return RecallTraceView(
-        trace_id=trace.trace_id, rendered_at=trace.rendered_at, surface=trace.surface,
-        recall_ceiling=trace.recall_ceiling, viewing_ceiling=viewing_ceiling, effective_ceiling=ceiling,
-        query_text=trace.query_text, block_sha256=trace.block_sha256, reduced=trace.reduced_at is not None,
-        beliefs=[ViewedBelief(rank=i, belief_id=b.belief_id, text=b.text) for i, b in enumerate(beliefs, start=1)],
-        passages=passages, withheld_beliefs=len(trace.beliefs) - len(beliefs), withheld_passages=withheld_passages,
-        budget=trace.budget,
-    )
+    return passages, withheld
 
 
 # --- retention ----------------------------------------------------------------------------------

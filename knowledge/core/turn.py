@@ -80,19 +80,7 @@ def assemble(
     beliefs = [b for b in request.beliefs if b.sensitivity <= query.sensitivity_ceiling]
     budget = allocate_turn(request.region_tokens, beliefs, passages, knowledge=knowledge,
                            in_turn_recall=in_turn_recall)
-    block: str | None = None
-    sha: str | None = None
-    traced: list[TracedPassage] = []
-    if budget.passages:
-        block = render_knowledge_block(budget.passages, as_of=rendered_at, policy=policy)
-        sha = block_sha256(block)
-        for p in budget.passages:
-            f = facts[p.chunk_id]
-            traced.append(TracedPassage(
-                chunk_id=p.chunk_id, document_id=p.document_id, version=f.version, title=p.title,
-                heading_path=list(p.heading_path), doc_date=p.doc_date, authority=p.authority, score=p.score,
-                arms=list(p.arms), instruction_like=p.instruction_like, sensitivity=f.sensitivity,
-                tokens=p.tokens, content_sha256=f.content_sha256, block_sha256=sha))
+    block, sha, traced = render_traced(budget.passages, facts, rendered_at=rendered_at, policy=policy)
     trace = RecallTrace(
         trace_id=trace_id, tenant_id=query.tenant_id, principal_id=query.principal_id,
         session_id=request.session_id, turn_id=request.turn_id, surface=request.surface,
@@ -104,6 +92,26 @@ def assemble(
         budget=TraceBudget.of(budget.allocation, withheld_beliefs=len(request.beliefs) - len(beliefs)),
     )
     return TurnResult(block=block, beliefs=budget.beliefs, passages=budget.passages, budget=budget, trace=trace)
+
+
+def render_traced(
+    passages: Sequence[RetrievedPassage], facts: Mapping[str, PassageFacts], *, rendered_at: datetime, policy: str
+) -> tuple[str | None, str | None, list[TracedPassage]]:
+    """``passages`` (each with its `PassageFacts`) rendered as one ``<knowledge>`` block, the block's
+    hash, and the passages as the trace lists them; (None, None, []) for no passage."""
+    if not passages:
+        return None, None, []
+    block = render_knowledge_block(passages, as_of=rendered_at, policy=policy)
+    sha = block_sha256(block)
+    traced = []
+    for p in passages:
+        f = facts[p.chunk_id]
+        traced.append(TracedPassage(
+            chunk_id=p.chunk_id, document_id=p.document_id, version=f.version, title=p.title,
+            heading_path=list(p.heading_path), doc_date=p.doc_date, authority=p.authority, score=p.score,
+            arms=list(p.arms), instruction_like=p.instruction_like, sensitivity=f.sensitivity,
+            tokens=p.tokens, content_sha256=f.content_sha256, block_sha256=sha))
+    return block, sha, traced
 
 
 def class_allowance(query: KnowledgeQuery, knowledge: BudgetClass = KNOWLEDGE) -> KnowledgeQuery:

@@ -24,15 +24,28 @@ The order inside:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from knowledge.core.budget import IN_TURN_RECALL, KNOWLEDGE, BudgetClass
-from knowledge.core.turn import TurnRequest, TurnResult, assemble, class_allowance
+from knowledge.core.trace import RecallTrace, TraceBudget, TracedToolCall
+from knowledge.core.turn import TurnRequest, TurnResult, assemble, class_allowance, render_traced
+from knowledge.errors import ToolRefused
+from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.retrieval.search import Searcher
 from knowledge.store.db import Database
-from knowledge.store.traces import lock_documents_shared, passage_facts, write_trace
+from knowledge.store.traces import (
+    lock_documents_shared,
+    lock_trace_for_call,
+    passage_facts,
+    trace_owner,
+    write_tool_call,
+    write_trace,
+)
+
+#: The surface a trace records when a tool call outside any turn's trace writes one of its own.
+TOOL_SURFACE = "tool"
 
 
 async def run_turn(
@@ -61,3 +74,67 @@ async def run_turn(
                           in_turn_recall=in_turn_recall)
         created_at = await write_trace(tx, result.trace)
     return replace(result, trace=result.trace.model_copy(update={"created_at": created_at}))
+
+
+@dataclass(frozen=True)
+class ToolSearch:
+    """A ``knowledge.search`` tool call, traced: the trace and call number it was recorded under, the
+    passages it returned, and the block rendered from them (None: nothing found), whose hash the
+    trace holds."""
+
+    trace_id: UUID
+    call_no: int
+    passages: tuple[RetrievedPassage, ...]
+    block: str | None
+    rendered_at: datetime
+    created_at: datetime
+
+
+async def run_tool_search(
+    db: Database,
+    searcher: Searcher,
+    query: KnowledgeQuery,
+    *,
+    trace_id: UUID | None = None,
+    tool: str = "knowledge.search",
+    session_id: str | None = None,
+    turn_id: str | None = None,
+    now: datetime | None = None,
+) -> ToolSearch:
+    """Search for the agent and append what it is given to its turn's trace (the tool is the path,
+    so the trace shows what the agent knew from both paths): ``trace_id`` names the turn's trace —
+    it must be ``query``'s principal's, and the turn's recall ceiling caps the search's — or, None,
+    a trace of the call's own is written (no turn block). The passages are resolved, rendered and
+    recorded in one transaction, under the cited documents' shared locks, like a turn's: a passage
+    whose document was deleted since the search is not returned.
+
+    Raises `ToolRefused` (``unknown_trace``) for a trace that is not the principal's. Cancellation:
+    the search is cancelled or the transaction rolls back; nothing is returned or traced."""
+    if trace_id is not None:
+        owner = await trace_owner(db, query.tenant_id, trace_id)
+        if owner is None or owner[0] != query.principal_id:
+            raise ToolRefused("unknown_trace", f"no trace {trace_id} of this principal to add the search to")
+        query = query.model_copy(update={"sensitivity_ceiling": min(query.sensitivity_ceiling, owner[1])})
+    found = await searcher.search(query)
+    rendered_at = query.as_of or now or datetime.now(UTC)
+    policy = searcher.policy.name
+    async with db.transaction() as tx:
+        if trace_id is None:
+            trace_id = uuid4()
+            await write_trace(tx, RecallTrace(
+                trace_id=trace_id, tenant_id=query.tenant_id, principal_id=query.principal_id, session_id=session_id,
+                turn_id=turn_id, surface=TOOL_SURFACE, recall_ceiling=query.sensitivity_ceiling,
+                query_text=query.text, query_as_of=query.as_of, rendered_at=rendered_at, policy=policy,
+                beliefs=[], passages=[], budget=TraceBudget(region_tokens=0, classes={})), turn=False)
+        slot = await lock_trace_for_call(tx, query.tenant_id, trace_id)
+        if slot is None:  # deleted by retention between the check and the lock
+            raise ToolRefused("unknown_trace", f"no trace {trace_id} of this principal to add the search to")
+        await lock_documents_shared(tx, query.tenant_id, [p.document_id for p in found])
+        facts = await passage_facts(tx, query.tenant_id, [p.chunk_id for p in found])
+        kept = [p for p in found if p.chunk_id in facts]
+        block, sha, traced = render_traced(kept, facts, rendered_at=rendered_at, policy=policy)
+        created_at = await write_tool_call(tx, query.tenant_id, trace_id, TracedToolCall(
+            call_no=slot.call_no, tool=tool, query_text=query.text, query_as_of=query.as_of, rendered_at=rendered_at,
+            block_sha256=sha, passages=traced))
+    return ToolSearch(trace_id=trace_id, call_no=slot.call_no, passages=tuple(kept), block=block,
+                      rendered_at=rendered_at, created_at=created_at)

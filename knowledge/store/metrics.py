@@ -60,6 +60,8 @@ class BudgetPressure(BaseModel):
     tokens_yielded: int
     recall_yielded_turns: int  # turns in which in-turn recall yielded as well (knowledge had nothing left)
     beliefs_yielded: int
+    tool_calls: int = 0  # knowledge.search calls the agent made (the tool path, traced with the turns)
+    tool_passages: int = 0  # passages those calls returned
 
     @property
     def yield_rate(self) -> float:
@@ -83,7 +85,8 @@ async def budget_pressure(db: Database, tenant_id: str | None = None, since: dat
                   coalesce(sum(passages_yielded), 0) AS passages_yielded,
                   coalesce(sum(tokens_yielded), 0) AS tokens_yielded,
                   coalesce(sum(recall_yielded_turns), 0) AS recall_yielded_turns,
-                  coalesce(sum(beliefs_yielded), 0) AS beliefs_yielded
+                  coalesce(sum(beliefs_yielded), 0) AS beliefs_yielded,
+                  coalesce(sum(tool_calls), 0) AS tool_calls, coalesce(sum(tool_passages), 0) AS tool_passages
            FROM knowledge_budget_pressure
            WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::date IS NULL OR day >= $2)""",
         tenant_id, since)

@@ -21,6 +21,7 @@ from knowledge.core.trace import (
     TraceBudget,
     TracedBelief,
     TracedPassage,
+    TracedToolCall,
     TraceRetention,
     block_sha256,
     build_view,
@@ -40,14 +41,34 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14::json
 RETURNING created_at
 """
 _INSERT_PASSAGES = """
-INSERT INTO knowledge_trace_passages (tenant_id, trace_id, ordinal, chunk_id, document_id, version, title,
+INSERT INTO knowledge_trace_passages (tenant_id, trace_id, call_no, ordinal, chunk_id, document_id, version, title,
     heading_path, doc_date, authority, score, arms, instruction_like, sensitivity, tokens, content_sha256)
-SELECT $1, $2, (e.n - 1)::int, p->>'chunk_id', (p->>'document_id')::uuid, (p->>'version')::int, p->>'title',
+SELECT $1, $2, $4, (e.n - 1)::int, p->>'chunk_id', (p->>'document_id')::uuid, (p->>'version')::int, p->>'title',
        ARRAY(SELECT h FROM jsonb_array_elements_text(p->'heading_path') WITH ORDINALITY AS x(h, i) ORDER BY i),
        (p->>'doc_date')::date, p->>'authority', (p->>'score')::float8,
        ARRAY(SELECT a FROM jsonb_array_elements_text(p->'arms') WITH ORDINALITY AS y(a, i) ORDER BY i),
        (p->>'instruction_like')::boolean, p->>'sensitivity', (p->>'tokens')::int, p->>'content_sha256'
 FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS e(p, n)
+"""
+# The next tool call of a trace, numbered under the trace row's lock (concurrent calls of one turn
+# queue here); None: no such trace of this principal.
+_LOCK_TRACE = """
+SELECT principal_id, recall_ceiling,
+       (SELECT coalesce(max(call_no), 0) + 1 FROM knowledge_trace_tool_calls c
+        WHERE c.tenant_id = t.tenant_id AND c.trace_id = t.trace_id) AS call_no
+FROM knowledge_traces t WHERE tenant_id = $1 AND trace_id = $2 FOR UPDATE
+"""
+_INSERT_TOOL_CALL = """
+INSERT INTO knowledge_trace_tool_calls (tenant_id, trace_id, call_no, tool, query_text, query_as_of, rendered_at,
+                                        block_sha256)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+RETURNING created_at
+"""
+_TOOL_PRESSURE = """
+INSERT INTO knowledge_budget_pressure AS p (tenant_id, day, shard, tool_calls, tool_passages)
+VALUES ($1, (clock_timestamp() AT TIME ZONE 'UTC')::date, pg_backend_pid() % 16, 1, $2)
+ON CONFLICT (tenant_id, day, shard) DO UPDATE SET
+    tool_calls = p.tool_calls + 1, tool_passages = p.tool_passages + excluded.tool_passages
 """
 # A passage whose document was deleted before this transaction took the document's lock.
 _FORGET_DELETED = """
@@ -81,10 +102,11 @@ def _passage_json(p: TracedPassage) -> dict[str, Any]:
     }
 
 
-async def write_trace(tx: Connection, trace: RecallTrace) -> datetime:
-    """Write ``trace`` and add its turn to the budget-pressure counters, on ``tx`` (the caller's
-    transaction, which should hold each cited document's lock, shared: see `lock_documents_shared`).
-    Returns the database's ``created_at``. Cancellation: the caller's transaction rolls back."""
+async def write_trace(tx: Connection, trace: RecallTrace, *, turn: bool = True) -> datetime:
+    """Write ``trace`` and add its turn to the budget-pressure counters (``turn``: False for the
+    trace a tool call outside any turn writes for itself), on ``tx`` (the caller's transaction,
+    which should hold each cited document's lock, shared: see `lock_documents_shared`). Returns the
+    database's ``created_at``. Cancellation: the caller's transaction rolls back."""
     created_at: datetime = await tx.fetchval(
         _INSERT_TRACE, trace.tenant_id, trace.trace_id, trace.principal_id, trace.session_id, trace.turn_id,
         trace.surface, trace.recall_ceiling.value, trace.query_text, trace.query_as_of, trace.rendered_at,
@@ -92,13 +114,55 @@ async def write_trace(tx: Connection, trace: RecallTrace) -> datetime:
         trace.budget.model_dump_json())
     if trace.passages:
         await tx.execute(_INSERT_PASSAGES, trace.tenant_id, trace.trace_id,
-                         json.dumps([_passage_json(p) for p in trace.passages]))
+                         json.dumps([_passage_json(p) for p in trace.passages]), 0)
         await tx.execute(_FORGET_DELETED, trace.tenant_id, trace.trace_id)
+    if not turn:
+        return created_at
     none = ClassRecord(offered=0, admitted=0, rendered=0, tokens=0, yielded_items=0, yielded_tokens=0)
     k = trace.budget.classes.get(KNOWLEDGE.name, none)
     r = trace.budget.classes.get(IN_TURN_RECALL.name, none)
     await tx.execute(_PRESSURE, trace.tenant_id, int(k.admitted > 0), int(k.yielded_items > 0), k.admitted,
                      k.rendered, k.yielded_items, k.yielded_tokens, int(r.yielded_items > 0), r.yielded_items)
+    return created_at
+
+
+@dataclass(frozen=True)
+class TraceSlot:
+    """A trace locked to take the next tool call: whose it is, its recall ceiling, the call's number."""
+
+    principal_id: str
+    recall_ceiling: Sensitivity
+    call_no: int
+
+
+async def trace_owner(db: Database, tenant_id: str, trace_id: UUID) -> tuple[str, Sensitivity] | None:
+    """The principal a trace belongs to and its recall ceiling; None if absent."""
+    row = await db.fetchrow("SELECT principal_id, recall_ceiling FROM knowledge_traces "
+                            "WHERE tenant_id = $1 AND trace_id = $2", tenant_id, trace_id)
+    return None if row is None else (row["principal_id"], Sensitivity(row["recall_ceiling"]))
+
+
+async def lock_trace_for_call(tx: Connection, tenant_id: str, trace_id: UUID) -> TraceSlot | None:
+    """Lock the trace row (to the end of ``tx``) and number its next tool call; None if absent.
+    Cancellation: the caller's transaction rolls back."""
+    row = await tx.fetchrow(_LOCK_TRACE, tenant_id, trace_id)
+    if row is None:
+        return None
+    return TraceSlot(row["principal_id"], Sensitivity(row["recall_ceiling"]), int(row["call_no"]))
+
+
+async def write_tool_call(tx: Connection, tenant_id: str, trace_id: UUID, call: TracedToolCall) -> datetime:
+    """Append ``call`` (numbered by `lock_trace_for_call` on the same ``tx``) to the trace, with its
+    passages, and count it in budget pressure. Returns the database's ``created_at``.
+    Cancellation: the caller's transaction rolls back."""
+    created_at: datetime = await tx.fetchval(
+        _INSERT_TOOL_CALL, tenant_id, trace_id, call.call_no, call.tool, call.query_text, call.query_as_of,
+        call.rendered_at, call.block_sha256)
+    if call.passages:
+        await tx.execute(_INSERT_PASSAGES, tenant_id, trace_id, json.dumps([_passage_json(p) for p in call.passages]),
+                         call.call_no)
+        await tx.execute(_FORGET_DELETED, tenant_id, trace_id)
+    await tx.execute(_TOOL_PRESSURE, tenant_id, len(call.passages))
     return created_at
 
 
@@ -109,7 +173,16 @@ async def lock_documents_shared(tx: Connection, tenant_id: str, document_ids: Se
     await lock_documents(tx, [(tenant_id, d) for d in document_ids], shared=True)
 
 
-def _trace_from(row: Record, passages: Sequence[Record]) -> RecallTrace:
+def _traced(p: Record, sha: str) -> TracedPassage:
+    return TracedPassage(
+        chunk_id=p["chunk_id"], document_id=p["document_id"], version=p["version"], title=p["title"],
+        heading_path=list(p["heading_path"]) if p["heading_path"] is not None else None, doc_date=p["doc_date"],
+        authority=Authority(p["authority"]), score=p["score"], arms=list(p["arms"]),
+        instruction_like=p["instruction_like"], sensitivity=Sensitivity(p["sensitivity"]), tokens=p["tokens"],
+        content_sha256=p["content_sha256"], block_sha256=sha)
+
+
+def _trace_from(row: Record, passages: Sequence[Record], calls: Sequence[Record]) -> RecallTrace:
     sha = row["block_sha256"]
     return RecallTrace(
         trace_id=row["trace_id"], tenant_id=row["tenant_id"], principal_id=row["principal_id"],
@@ -118,14 +191,14 @@ def _trace_from(row: Record, passages: Sequence[Record]) -> RecallTrace:
         query_as_of=row["query_as_of"], rendered_at=row["rendered_at"], policy=row["policy"], block_sha256=sha,
         beliefs=[TracedBelief(text=None, **b) if "text" not in b else TracedBelief(**b)
                  for b in json.loads(row["beliefs"])],
-        passages=[TracedPassage(
-            chunk_id=p["chunk_id"], document_id=p["document_id"], version=p["version"], title=p["title"],
-            heading_path=list(p["heading_path"]) if p["heading_path"] is not None else None, doc_date=p["doc_date"],
-            authority=Authority(p["authority"]), score=p["score"], arms=list(p["arms"]),
-            instruction_like=p["instruction_like"], sensitivity=Sensitivity(p["sensitivity"]), tokens=p["tokens"],
-            content_sha256=p["content_sha256"], block_sha256=sha) for p in passages],
+        passages=[_traced(p, sha) for p in passages if p["call_no"] == 0],
         budget=TraceBudget.model_validate_json(row["budget"]), created_at=row["created_at"],
         reduced_at=row["reduced_at"],
+        tool_calls=[TracedToolCall(
+            call_no=c["call_no"], tool=c["tool"], query_text=c["query_text"], query_as_of=c["query_as_of"],
+            rendered_at=c["rendered_at"], block_sha256=c["block_sha256"], created_at=c["created_at"],
+            passages=[_traced(p, c["block_sha256"]) for p in passages if p["call_no"] == c["call_no"]])
+            for c in calls],
     )
 
 
@@ -137,9 +210,12 @@ async def load_trace(db: Database, tenant_id: str, trace_id: UUID) -> RecallTrac
         if row is None:
             return None
         passages = await conn.fetch(
-            "SELECT * FROM knowledge_trace_passages WHERE tenant_id = $1 AND trace_id = $2 ORDER BY ordinal",
+            "SELECT * FROM knowledge_trace_passages WHERE tenant_id = $1 AND trace_id = $2 ORDER BY call_no, ordinal",
             tenant_id, trace_id)
-    return _trace_from(row, passages)
+        calls = await conn.fetch(
+            "SELECT * FROM knowledge_trace_tool_calls WHERE tenant_id = $1 AND trace_id = $2 ORDER BY call_no",
+            tenant_id, trace_id)
+    return _trace_from(row, passages, calls)
 
 
 _RESOLVE = """
@@ -180,7 +256,7 @@ async def view_trace(
     trace = await load_trace(db, tenant_id, trace_id)
     if trace is None:
         return None
-    chunk_ids = [p.chunk_id for p in trace.passages]
+    chunk_ids = [p.chunk_id for p in trace.all_passages()]
     resolved = await resolve_chunks(db, tenant_id, chunk_ids)
     hidden: frozenset[str] = frozenset()
     if viewer is not None:
@@ -203,16 +279,18 @@ async def check_trace(db: Database, tenant_id: str, trace_id: UUID) -> TraceChec
     trace = await load_trace(db, tenant_id, trace_id)
     if trace is None:
         return TraceCheck(False, "no such trace")
-    if not trace.passages:
-        return TraceCheck(True)
-    resolved = await resolve_chunks(db, tenant_id, [p.chunk_id for p in trace.passages])
+    resolved = await resolve_chunks(db, tenant_id, [p.chunk_id for p in trace.all_passages()])
     texts = {cid: c.text for cid, c in resolved.items() if isinstance(c, KnowledgeChunk)}
-    try:
-        block = rerender(trace, texts)
-    except ValueError as exc:
-        return TraceCheck(False, str(exc))
-    if block_sha256(block) != trace.block_sha256:
-        return TraceCheck(False, "the re-rendered block does not match the recorded hash")
+    for call_no, _, sha, passages in trace.blocks():
+        if not passages:
+            continue
+        which = "the turn's block" if call_no == 0 else f"tool call {call_no}'s block"
+        try:
+            block = rerender(trace, texts, call_no)
+        except ValueError as exc:
+            return TraceCheck(False, f"{which}: {exc}")
+        if block_sha256(block) != sha:
+            return TraceCheck(False, f"{which}: the re-rendered block does not match the recorded hash")
     return TraceCheck(True)
 
 
@@ -225,6 +303,9 @@ WITH due AS (
 ), passages AS (
     UPDATE knowledge_trace_passages tp SET title = NULL, heading_path = NULL
     FROM due WHERE tp.tenant_id = due.tenant_id AND tp.trace_id = due.trace_id
+), calls AS (
+    UPDATE knowledge_trace_tool_calls tc SET query_text = NULL
+    FROM due WHERE tc.tenant_id = due.tenant_id AND tc.trace_id = due.trace_id
 )
 UPDATE knowledge_traces t
 SET query_text = NULL, reduced_at = $1,

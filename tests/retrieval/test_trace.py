@@ -260,3 +260,59 @@ def test_retention_schedule_is_stated() -> None:
     assert (TRACE_RETENTION.full_days, TRACE_RETENTION.skeleton_days) == (30, 365)
     with pytest.raises(ValueError):
         TraceRetention(full_days=40, skeleton_days=30)
+
+
+@pytest.mark.anyio
+async def test_the_tool_path_is_in_the_turns_trace_filtered_and_retained_like_the_turns_own(
+        service: KnowledgeService, tenant: str) -> None:
+    """What ``knowledge.search`` gave the agent in a turn is in that turn's trace: Bob's view of
+    Alice's trace withholds (and counts) her private runbook there too, the turn's recall ceiling caps
+    the tool's search, another principal's trace is refused, and retention reduces and deletes it."""
+    from knowledge.errors import ToolRefused
+    from knowledge.models import Principal, TrustLevel
+    from knowledge.tools import ToolContext
+    from tests.test_tools import registry
+
+    private = await ingest_text(service, tenant, ROLLBACK, title="Alice's rollback notes", visibility="principal")
+    shared = await ingest_text(service, tenant, FAILOVER, title="Failover runbook")
+    secret = await ingest_text(service, tenant, FAILOVER.replace("standby", "standby (secret)"),
+                               title="Confidential failover", sensitivity="confidential")
+    turn = await service.turn(request(tenant, "unrelated words", 10_000))  # the turn's own block: whatever
+    as_alice = Principal(tenant_id=tenant, principal_id="alice")
+    context = ToolContext(principal=as_alice, origin_trust=TrustLevel.USER, trace_id=turn.trace.trace_id,
+                          sensitivity_ceiling=Sensitivity.CONFIDENTIAL)  # above the turn's recall ceiling
+    tools = registry()
+    first = await tools.call("knowledge.search", {"text": "roll back release tag"}, context, service)
+    second = await tools.call("knowledge.search", {"text": "fail over promoting standby"}, context, service)
+    got = {p["document_id"] for r in (first, second) for p in r.data["passages"]}
+    assert {str(private), str(shared)} <= got and str(secret) not in got  # capped at the turn's ceiling (internal)
+
+    bob = await service.trace_view(turn.trace.trace_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
+    assert bob is not None and [c.call_no for c in bob.tool_calls] == [1, 2]
+    assert sum(c.withheld_passages for c in bob.tool_calls) >= 1
+    assert str(private) not in {str(p.document_id) for c in bob.tool_calls for p in c.passages}
+    assert "reverting the release tag" not in bob.render()
+    mine = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
+    assert mine is not None and sum(c.withheld_passages for c in mine.tool_calls) == 0
+    assert "reverting the release tag" in mine.render() and "tool call 1: knowledge.search" in mine.render()
+
+    bobs = ToolContext(principal=Principal(tenant_id=tenant, principal_id="bob"), origin_trust=TrustLevel.USER,
+                       trace_id=turn.trace.trace_id)
+    with pytest.raises(ToolRefused) as refused:
+        await tools.call("knowledge.search", {"text": "failover"}, bobs, service)
+    assert refused.value.reason == "unknown_trace"
+    stored = await service.trace(turn.trace.trace_id, tenant_id=tenant)
+    assert stored is not None and len(stored.tool_calls) == 2  # the refused call added nothing
+
+    created = stored.created_at
+    assert created is not None
+    retention = TraceRetention(full_days=30, skeleton_days=365)
+    await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
+    reduced = await service.trace(turn.trace.trace_id, tenant_id=tenant)
+    assert reduced is not None and all(c.query_text is None for c in reduced.tool_calls)
+    assert all(p.title is None for c in reduced.tool_calls for p in c.passages)
+    assert [p.chunk_id for c in reduced.tool_calls for p in c.passages] == [
+        p.chunk_id for c in stored.tool_calls for p in c.passages]
+    await prune_traces(service.db, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
+    assert await service.db.fetchval(
+        "SELECT count(*) FROM knowledge_trace_tool_calls WHERE tenant_id = $1", tenant) == 0
