@@ -36,8 +36,9 @@ from uuid import UUID
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from knowledge.core.render import render_knowledge_block
-from knowledge.errors import ToolRefused, ToolRegistryError
+from knowledge.errors import ArtifactNotFound, ToolRefused, ToolRegistryError
 from knowledge.models import (
+    ArtifactOrigin,
     ArtifactRef,
     Authority,
     KnowledgeQuery,
@@ -230,8 +231,20 @@ class IngestArguments(BaseModel):
     visibility: Visibility = Field(description="Who may retrieve it: principal, project or tenant.")
     project_scope: str | None = Field(default=None, description="Required when visibility is project.")
     doc_date: date | None = Field(default=None, description="The date the document speaks from, if known.")
-    authority: Authority = Authority.PRINCIPAL_SUPPLIED
     sensitivity: Sensitivity = Sensitivity.INTERNAL
+    # No `authority`: a ranking input the model could inflate. It comes from the admission path
+    # (`admission_authority`); an agent that sends one is refused (`invalid_arguments`).
+
+
+def admission_authority(origin: ArtifactOrigin) -> Authority:
+    """The authority a document admitted through ``knowledge.ingest`` gets, from how its bytes
+    reached the store (the stored artifact's origin, never the model's word): what the principal
+    uploaded or a knowledge source supplied is ``principal_supplied``; what the agent's own tools,
+    sandbox or model produced is ``fetched``. Never ``principal_authored``: that takes the host's
+    word (`KnowledgeService.ingest`), not the agent's."""
+    if origin in (ArtifactOrigin.UPLOAD, ArtifactOrigin.KNOWLEDGE_SOURCE):
+        return Authority.PRINCIPAL_SUPPLIED
+    return Authority.FETCHED
 
 
 async def _search(service: KnowledgeService, context: ToolContext, args: SearchArguments) -> ToolResult:
@@ -252,9 +265,13 @@ async def _search(service: KnowledgeService, context: ToolContext, args: SearchA
 
 
 async def _ingest(service: KnowledgeService, context: ToolContext, args: IngestArguments) -> ToolResult:
+    try:  # the stored artifact's origin, not the one the model's copy of the ref claims
+        origin = (await service.artifacts.get_ref(context.principal.tenant_id, args.source.artifact_id)).origin
+    except ArtifactNotFound:
+        origin = args.source.origin  # (the ingest refuses it with its own reason)
     document = await service.ingest(
         args.source, args.title, args.visibility, context.principal, origin_trust=context.origin_trust,
-        project_scope=args.project_scope, doc_date=args.doc_date, authority=args.authority,
+        project_scope=args.project_scope, doc_date=args.doc_date, authority=admission_authority(origin),
         sensitivity=args.sensitivity,
     )
     summary = {"document_id": str(document.document_id), "version": document.version, "title": document.title,

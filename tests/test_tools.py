@@ -4,6 +4,7 @@ before any work."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from knowledge.core.render import parse_knowledge_block
 from knowledge.errors import IngestRefused, ToolRefused, ToolRegistryError
-from knowledge.models import Principal, TrustLevel
+from knowledge.models import ArtifactOrigin, Authority, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 from knowledge.tools import (
     HOST_SCOPE_COUNT,
@@ -24,6 +25,7 @@ from knowledge.tools import (
     ToolContext,
     ToolDomain,
     ToolRegistry,
+    admission_authority,
 )
 from tests.ingest.test_ingest import DOC, footprint, nothing_but_inputs, put
 
@@ -146,3 +148,29 @@ async def test_service_refusals_keep_their_reason(service: KnowledgeService, ten
     with pytest.raises(IngestRefused) as caught:  # project visibility without a project scope
         await registry().call("knowledge.ingest", args, context(tenant), service)
     assert caught.value.reason == "invalid_request"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("stored_origin", "authority"), [
+    (ArtifactOrigin.UPLOAD, Authority.PRINCIPAL_SUPPLIED),
+    (ArtifactOrigin.TOOL_OUTPUT, Authority.FETCHED),
+    (ArtifactOrigin.MODEL_OUTPUT, Authority.FETCHED),
+])
+async def test_the_agent_cannot_choose_its_documents_authority(
+        service: KnowledgeService, tenant: str, stored_origin: ArtifactOrigin, authority: Authority) -> None:
+    """Authority is a ranking input: it comes from how the bytes reached the store, never from the
+    tool's arguments — an ``authority`` argument is refused before any work, and a ref whose copy
+    claims another origin than the stored one gets the stored one's."""
+    ref = await service.artifacts.put(tenant, DOC.encode(), media_type="text/markdown", origin=stored_origin,
+                                      trust=TrustLevel.USER, file_name="doc.md")
+    forged = json.loads(ref.model_copy(update={"origin": ArtifactOrigin.UPLOAD}).model_dump_json())
+    args = {"source": forged, "title": "Guide", "visibility": "tenant"}
+    with pytest.raises(ToolRefused) as caught:
+        await registry().call("knowledge.ingest", {**args, "authority": "principal_authored"}, context(tenant), service)
+    assert caught.value.reason == "invalid_arguments" and "authority" in caught.value.message
+    assert nothing_but_inputs(await footprint(service, tenant))
+    done = await registry().call("knowledge.ingest", args, context(tenant), service)
+    stored = await service.db.fetchval("SELECT authority FROM knowledge_documents WHERE tenant_id = $1 "
+                                       "AND document_id = $2", tenant, uuid.UUID(done.data["document_id"]))
+    assert stored == authority.value == admission_authority(stored_origin).value
+    assert "authority" not in INGEST_TOOL.json_schema()["properties"]
