@@ -457,8 +457,11 @@ class KnowledgeService:
         """Every version of a document still held, oldest first, with sources and chunk sets."""
         return await self.catalog.document_versions(tenant_id, document_id)
 
-    async def resolve_citation(self, chunk_id: str, *, tenant_id: str) -> catalog.Citation | DeletedChunk | None:
-        """A chunk id resolved to its passage, document version and source; `DeletedChunk` if deleted."""
+    async def operator_resolve_citation(self, chunk_id: str, *, tenant_id: str
+                                        ) -> catalog.Citation | DeletedChunk | None:
+        """The operator's resolution of a citation: a chunk id resolved to its passage, document
+        version and source anywhere in the tenant, whatever its visibility; `DeletedChunk` if
+        deleted. Never for a person's view: `get_chunk` checks the viewer."""
         return await self.catalog.resolve_citation(tenant_id, chunk_id)
 
     async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
@@ -502,15 +505,19 @@ class KnowledgeService:
             run_tool_search, self.db, self.searcher, query, trace_id=trace_id, session_id=session_id,
             turn_id=turn_id))
 
-    async def trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
-        """A turn's `RecallTrace` as stored (beliefs and passages in one record), or None.
+    async def operator_trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
+        """The operator's read of a turn's `RecallTrace` as stored (beliefs, passages and tool calls in
+        one record, nothing filtered), or None. Never for a person: `trace_view` checks the viewer.
         Cancellation: the read is cancelled; nothing to undo."""
         return await retry_transient("trace", functools.partial(load_trace, self.db, tenant_id, trace_id))
 
     async def trace_view(self, trace_id: UUID, *, viewer: Viewer) -> RecallTraceView | None:
-        """A trace as ``viewer`` may see it: items above the stricter of the recall ceiling and the
-        viewer's, and passages of documents the viewer may not see, withheld (and counted); deleted
-        passages shown as deleted with their chunk id. The operator's view: `operator_trace_view`.
+        """A trace as ``viewer`` may see it — None unless ``viewer`` is the principal whose turn it
+        was (a turn's query, beliefs and what the agent was given are that principal's: to anyone
+        else the trace reads as one that never existed). Items above the stricter of the recall
+        ceiling and the viewer's, and passages of documents the viewer may not see now (their
+        scope, a changed visibility), are withheld and counted; deleted passages are shown as
+        deleted with their chunk id. The operator's view: `operator_trace_view`.
         Cancellation: the reads are cancelled; nothing to undo."""
         return await retry_transient("trace_view", functools.partial(
             view_trace, self.db, viewer.tenant_id, trace_id, viewer.sensitivity_ceiling, viewer))

@@ -251,10 +251,10 @@ async def view_trace(
     db: Database, tenant_id: str, trace_id: UUID, viewing_ceiling: Sensitivity, viewer: Viewer | None = None
 ) -> RecallTraceView | None:
     """Load ``trace_id`` and build its view for a surface with ``viewing_ceiling`` (see `build_view`);
-    with a ``viewer`` (of ``tenant_id``), the passages of documents they may not see are withheld.
-    Cancellation: nothing to undo."""
+    with a ``viewer`` (of ``tenant_id``): None unless the trace is theirs, and the passages of
+    documents they may not see are withheld. Cancellation: nothing to undo."""
     trace = await load_trace(db, tenant_id, trace_id)
-    if trace is None:
+    if trace is None or (viewer is not None and viewer.principal_id != trace.principal_id):
         return None
     chunk_ids = [p.chunk_id for p in trace.all_passages()]
     resolved = await resolve_chunks(db, tenant_id, chunk_ids)

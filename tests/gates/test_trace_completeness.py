@@ -75,7 +75,7 @@ def test_gate_trace_completeness(database_dsn: str, backend: str) -> None:
             called = [portal.call(tools.call, "knowledge.search", {"text": " ".join(q)},
                                   tool_context(tenant, result.trace.trace_id), svc) for q in searches]
             seen["tool_passages"] += sum(len(r.data["passages"]) for r in called)
-            stored = portal.call(lambda: svc.trace(result.trace.trace_id, tenant_id=tenant))
+            stored = portal.call(lambda: svc.operator_trace(result.trace.trace_id, tenant_id=tenant))
             assert stored is not None
             assert stored.model_copy(update={"tool_calls": []}) == result.trace  # what the turn returned was committed
             resolved = portal.call(resolve_chunks, svc.db, tenant, [p.chunk_id for p in stored.all_passages()])
@@ -112,7 +112,7 @@ def test_gate_trace_completeness_of_a_search_outside_a_turn(database_dsn: str, b
         portal.call(ingest_corpus, svc, tenant)
         result = portal.call(registry().call, "knowledge.search", {"text": "rollback quorum"},
                              tool_context(tenant, None), svc)
-        stored = portal.call(lambda: svc.trace(uuid.UUID(result.data["trace_id"]), tenant_id=tenant))
+        stored = portal.call(lambda: svc.operator_trace(uuid.UUID(result.data["trace_id"]), tenant_id=tenant))
         assert stored is not None and stored.surface == "tool" and stored.passages == []
         resolved = portal.call(resolve_chunks, svc.db, tenant, [p.chunk_id for p in stored.all_passages()])
         assert_tool_calls_traced(stored, [result], {c: k.text for c, k in resolved.items()

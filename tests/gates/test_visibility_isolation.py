@@ -3,7 +3,8 @@
     Visibility isolation — zero cross-tenant results, and zero results whose visibility does not admit the
     querying principal. A hard gate, not a metric to improve. M9.
 
-Both arms: `VisibilityMachine` ingests and searches at random across tenants, principals, projects,
+Every read a person can reach: `VisibilityMachine` ingests, searches, runs turns with the agent's
+tool calls, resolves citations and opens traces at random across tenants, principals, projects,
 visibilities and sensitivities with the lexical arm (`test_gate_visibility_isolation`), and
 `SemanticVisibilityMachine` checks the semantic arm's own candidates too
 (`test_gate_visibility_isolation_semantic_arm`, skipped where the ``semantic`` extra is not installed).
@@ -29,11 +30,14 @@ from hypothesis.stateful import (
 )
 
 from knowledge.config import Settings
-from knowledge.models import KnowledgeQuery, Sensitivity, Viewer, Visibility
+from knowledge.core.turn import TurnRequest
+from knowledge.models import KnowledgeQuery, Principal, Sensitivity, TrustLevel, Viewer, Visibility
 from knowledge.semantic.encoder import available
 from knowledge.service import KnowledgeService
+from knowledge.tools import ToolContext
 from tests.retrieval.test_search import ingest_text
 from tests.semantic.test_semantic import arms, semantic_settings
+from tests.test_tools import registry
 
 TENANTS = ["ta", "tb", "tc"]
 PRINCIPALS = ["alice", "bob", "carol"]
@@ -75,6 +79,9 @@ class VisibilityMachine(RuleBasedStateMachine):
         self.chunks: dict[str, uuid.UUID] = {}  # every chunk id a search returned, and its document
         self.results = 0
         self.resolved = 0
+        self.traces: dict[uuid.UUID, tuple[str, str, list[uuid.UUID]]] = {}  # tenant, principal, documents given
+        self.viewed = 0
+        self.tools = registry()
 
     def tenant(self, name: str) -> str:
         return f"{name}-{self.run}"
@@ -136,6 +143,56 @@ class VisibilityMachine(RuleBasedStateMachine):
                                                          tenant_id=self.tenant(tenant)))
         assert (as_operator is not None) == (facts.tenant == self.tenant(tenant))
         self.resolved += 1
+
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
+          words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+          searches=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=2), max_size=2))
+    def turn(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity, words: list[str],
+             searches: list[list[str]]) -> None:
+        """A turn and the agent's ``knowledge.search`` calls in it: everything the agent is given is
+        admissible for the turn's principal, and the trace records it for the view rule."""
+        query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                               text=" ".join(words), sensitivity_ceiling=ceiling, min_score=-1e9)
+        result = self.portal.call(self.svc.turn, TurnRequest(query=query, region_tokens=10_000))
+        given = [p.document_id for p in result.passages]
+        context = ToolContext(principal=Principal(tenant_id=self.tenant(tenant), principal_id=principal),
+                              origin_trust=TrustLevel.USER, current_scope=scope, sensitivity_ceiling=ceiling,
+                              trace_id=result.trace.trace_id)
+        for q in searches:
+            found = self.portal.call(self.tools.call, "knowledge.search", {"text": " ".join(q)}, context, self.svc)
+            given += [uuid.UUID(p["document_id"]) for p in found.data["passages"]]
+        for doc_id in given:
+            assert admits(self.docs[doc_id], self.tenant(tenant), principal, scope, ceiling), (doc_id, principal)
+        self.traces[result.trace.trace_id] = (self.tenant(tenant), principal, given)
+
+    @precondition(lambda self: self.traces)
+    @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
+          scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)), data=st.data())
+    def view_trace(self, tenant: str, principal: str, scope: str | None, ceiling: Sensitivity,
+                   data: st.DataObject) -> None:
+        """A trace opened by a person (`trace_view`) exists only for the principal whose turn it was,
+        and shows them exactly the passages, of both paths, that a search would admit for them now —
+        the rest counted as withheld; the operator's view only within the trace's tenant."""
+        trace_id = data.draw(st.sampled_from(sorted(self.traces)))
+        owner_tenant, owner, given = self.traces[trace_id]
+        viewer = Viewer(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
+                        sensitivity_ceiling=ceiling)
+        view = self.portal.call(functools.partial(self.svc.trace_view, trace_id, viewer=viewer))
+        if (self.tenant(tenant), principal) != (owner_tenant, owner):
+            assert view is None, (owner_tenant, owner, viewer)
+        else:
+            assert view is not None
+            shown = [p.document_id for p in view.passages] + [
+                p.document_id for c in view.tool_calls for p in c.passages]
+            withheld = view.withheld_passages + sum(c.withheld_passages for c in view.tool_calls)
+            assert sorted(str(d) for d in shown) == sorted(
+                str(d) for d in given if admits(self.docs[d], self.tenant(tenant), principal, scope, ceiling))
+            assert len(shown) + withheld == len(given)
+        as_operator = self.portal.call(functools.partial(
+            self.svc.operator_trace_view, trace_id, tenant_id=self.tenant(tenant), viewing_ceiling="restricted"))
+        assert (as_operator is not None) == (owner_tenant == self.tenant(tenant))
+        self.viewed += 1
 
     @invariant()
     def tenants_hold_their_documents(self) -> None:

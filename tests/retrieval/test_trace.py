@@ -27,7 +27,16 @@ from knowledge.core.trace import (
     rerender,
 )
 from knowledge.core.turn import TurnRequest
-from knowledge.models import Authority, DeletedChunk, KnowledgeChunk, KnowledgeQuery, Sensitivity, Viewer
+from knowledge.models import (
+    ArtifactOrigin,
+    Authority,
+    DeletedChunk,
+    KnowledgeChunk,
+    KnowledgeQuery,
+    Sensitivity,
+    TrustLevel,
+    Viewer,
+)
 from knowledge.service import KnowledgeService
 from knowledge.store.traces import prune_traces
 from tests.retrieval.test_turn import guide, ingest_text, owner, request
@@ -158,7 +167,7 @@ async def test_a_trace_renders_a_deleted_passage_as_deleted(service: KnowledgeSe
     assert f"[{deleted_chunk}] {DELETED_NOTICE}" in text
     assert "Rollback runbook" not in text and "reverting the release tag" not in text
     assert "Failover runbook" in text and "promoting the standby" in text
-    stored = await service.trace(turn.trace.trace_id, tenant_id=tenant)
+    stored = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert stored is not None
     forgotten = next(p for p in stored.passages if p.chunk_id == deleted_chunk)
     assert forgotten.title is None and forgotten.heading_path is None  # the migration's trigger
@@ -168,23 +177,31 @@ async def test_a_trace_renders_a_deleted_passage_as_deleted(service: KnowledgeSe
 
 
 @pytest.mark.anyio
-async def test_a_trace_shows_a_viewer_only_the_passages_a_search_would_give_them(
+async def test_a_trace_is_its_principals_and_shows_them_only_what_a_search_would_give_them(
         service: KnowledgeService, tenant: str) -> None:
-    """Alice's turn cited her principal-only runbook and a tenant-wide one. Opened by Bob, the trace
-    withholds (and counts) hers; by Alice, it shows both; the operator's view shows both."""
+    """Alice's turn at project apollo cited her private runbook, an apollo runbook and a tenant-wide
+    one. To Bob the trace does not exist (not its query, nor its beliefs, nor a count); Alice at
+    apollo sees all three; Alice at another scope has the apollo passage withheld and counted; the
+    operator's view shows all three."""
     private = await ingest_text(service, tenant, ROLLBACK, title="Alice's rollback notes", visibility="principal")
     shared = await ingest_text(service, tenant, FAILOVER, title="Failover runbook")
-    turn = await service.turn(request(tenant, "rollback release failover standby", 10_000))
-    assert {p.document_id for p in turn.passages} == {private, shared}
-    bob = Viewer(tenant_id=tenant, principal_id="bob")
-    as_bob = await service.trace_view(turn.trace.trace_id, viewer=bob)
-    assert as_bob is not None and as_bob.withheld_passages == 1
-    assert [p.document_id for p in as_bob.passages] == [shared]
-    assert "reverting the release tag" not in as_bob.render() and "Alice's rollback notes" not in as_bob.render()
-    as_alice = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
-    assert as_alice is not None and as_alice.withheld_passages == 0 and len(as_alice.passages) == 2
+    ref = await service.artifacts.put(tenant, FAILOVER.replace("## Failover", "## Apollo failover").encode(),
+                                      media_type="text/markdown", origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER)
+    apollo = (await service.ingest(ref, "Apollo runbook", "project", owner(tenant), origin_trust=TrustLevel.USER,
+                                   project_scope="apollo")).document_id
+    turn = await service.turn(request(tenant, "rollback release failover standby", 10_000, [20],
+                                      current_scope="apollo", max_per_document=1))
+    assert {p.document_id for p in turn.passages} == {private, shared, apollo}
+    bob = Viewer(tenant_id=tenant, principal_id="bob", current_scope="apollo")
+    assert await service.trace_view(turn.trace.trace_id, viewer=bob) is None
+    at_apollo = await service.trace_view(turn.trace.trace_id,
+                                         viewer=Viewer(tenant_id=tenant, principal_id="alice", current_scope="apollo"))
+    assert at_apollo is not None and at_apollo.withheld_passages == 0 and len(at_apollo.passages) == 3
+    elsewhere = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
+    assert elsewhere is not None and elsewhere.withheld_passages == 1
+    assert {p.document_id for p in elsewhere.passages} == {private, shared}
     operator = await service.operator_trace_view(turn.trace.trace_id, tenant_id=tenant, viewing_ceiling="internal")
-    assert operator is not None and operator.withheld_passages == 0 and len(operator.passages) == 2
+    assert operator is not None and operator.withheld_passages == 0 and len(operator.passages) == 3
     cited = next(p.chunk_id for p in turn.passages if p.document_id == private)
     assert await service.get_chunk(cited, viewer=bob) is None  # a click on it, as Bob: nothing
     assert await service.get_chunk(cited, viewer=alice(tenant, "internal")) is not None
@@ -234,7 +251,7 @@ async def test_two_tier_retention(service: KnowledgeService, tenant: str) -> Non
 
     tier2 = await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
     assert (tier2.reduced, tier2.deleted) == (1, 0)
-    stored = await service.trace(turn.trace.trace_id, tenant_id=tenant)
+    stored = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert stored is not None and stored.reduced_at is not None and stored.query_text is None
     assert all(b.text is None for b in stored.beliefs) and [b.belief_id for b in stored.beliefs] == ["b0", "b1"]
     assert all(p.title is None and p.heading_path is None for p in stored.passages)
@@ -248,7 +265,7 @@ async def test_two_tier_retention(service: KnowledgeService, tenant: str) -> Non
 
     gone = await prune_traces(service.db, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
     assert (gone.reduced, gone.deleted) == (0, 1)
-    assert await service.trace(turn.trace.trace_id, tenant_id=tenant) is None
+    assert await service.operator_trace(turn.trace.trace_id, tenant_id=tenant) is None
     assert await service.db.fetchval(
         "SELECT count(*) FROM knowledge_trace_passages WHERE tenant_id = $1", tenant) == 0
     assert (await service.budget_pressure(tenant)).turns == 1  # the counters are not traces: they stay
@@ -265,11 +282,11 @@ def test_retention_schedule_is_stated() -> None:
 @pytest.mark.anyio
 async def test_the_tool_path_is_in_the_turns_trace_filtered_and_retained_like_the_turns_own(
         service: KnowledgeService, tenant: str) -> None:
-    """What ``knowledge.search`` gave the agent in a turn is in that turn's trace: Bob's view of
-    Alice's trace withholds (and counts) her private runbook there too, the turn's recall ceiling caps
+    """What ``knowledge.search`` gave the agent in a turn is in that turn's trace: it is Alice's (Bob
+    gets nothing), a public surface withholds (and counts) its passages, the turn's recall ceiling caps
     the tool's search, another principal's trace is refused, and retention reduces and deletes it."""
     from knowledge.errors import ToolRefused
-    from knowledge.models import Principal, TrustLevel
+    from knowledge.models import Principal
     from knowledge.tools import ToolContext
     from tests.test_tools import registry
 
@@ -288,27 +305,29 @@ async def test_the_tool_path_is_in_the_turns_trace_filtered_and_retained_like_th
     assert {str(private), str(shared)} <= got and str(secret) not in got  # capped at the turn's ceiling (internal)
 
     bob = await service.trace_view(turn.trace.trace_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
-    assert bob is not None and [c.call_no for c in bob.tool_calls] == [1, 2]
-    assert sum(c.withheld_passages for c in bob.tool_calls) >= 1
-    assert str(private) not in {str(p.document_id) for c in bob.tool_calls for p in c.passages}
-    assert "reverting the release tag" not in bob.render()
+    assert bob is None  # Alice's turn, tool calls included, is hers
     mine = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
-    assert mine is not None and sum(c.withheld_passages for c in mine.tool_calls) == 0
+    assert mine is not None and [c.call_no for c in mine.tool_calls] == [1, 2]
+    assert sum(c.withheld_passages for c in mine.tool_calls) == 0
     assert "reverting the release tag" in mine.render() and "tool call 1: knowledge.search" in mine.render()
+    public = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "public"))  # a public surface
+    assert public is not None and sum(len(c.passages) for c in public.tool_calls) == 0
+    assert sum(c.withheld_passages for c in public.tool_calls) == len(got) >= 2
+    assert "reverting the release tag" not in public.render()
 
     bobs = ToolContext(principal=Principal(tenant_id=tenant, principal_id="bob"), origin_trust=TrustLevel.USER,
                        trace_id=turn.trace.trace_id)
     with pytest.raises(ToolRefused) as refused:
         await tools.call("knowledge.search", {"text": "failover"}, bobs, service)
     assert refused.value.reason == "unknown_trace"
-    stored = await service.trace(turn.trace.trace_id, tenant_id=tenant)
+    stored = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert stored is not None and len(stored.tool_calls) == 2  # the refused call added nothing
 
     created = stored.created_at
     assert created is not None
     retention = TraceRetention(full_days=30, skeleton_days=365)
     await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
-    reduced = await service.trace(turn.trace.trace_id, tenant_id=tenant)
+    reduced = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert reduced is not None and all(c.query_text is None for c in reduced.tool_calls)
     assert all(p.title is None for c in reduced.tool_calls for p in c.passages)
     assert [p.chunk_id for c in reduced.tool_calls for p in c.passages] == [

@@ -137,7 +137,7 @@ async def test_a_cancelled_turn_returns_nothing_and_traces_nothing(service: Know
 async def test_a_turn_with_nothing_to_render_still_traces_its_beliefs(service: KnowledgeService, tenant: str) -> None:
     got = await service.turn(request(tenant, "nothing matches this", 3000, [25, 25]))
     assert got.block is None and got.passages == () and len(got.beliefs) == 2
-    stored = await service.trace(got.trace.trace_id, tenant_id=tenant)
+    stored = await service.operator_trace(got.trace.trace_id, tenant_id=tenant)
     assert stored is not None and stored.block_sha256 is None and [b.belief_id for b in stored.beliefs] == ["b0", "b1"]
     assert (await service.check_trace(got.trace.trace_id, tenant_id=tenant)).ok
 
