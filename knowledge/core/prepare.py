@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 
 from knowledge.core.chunking import (
@@ -17,6 +17,7 @@ from knowledge.core.chunking import (
     PlainTextChunker,
     content_sha256,
 )
+from knowledge.core.dates import front_matter_date
 from knowledge.core.normalize import normalize
 from knowledge.core.scan import find_secrets, is_instruction_like
 from knowledge.errors import IngestRefused
@@ -55,6 +56,7 @@ class PreparedDocument:
     text: str
     chunks: list[PreparedChunk]
     chunker_version: str = CHUNKER_VERSION
+    doc_date: date | None = None  # the date the source states (`knowledge.core.dates`), if any
 
     @property
     def instruction_like_count(self) -> int:
@@ -100,4 +102,13 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
         )
     chunks = [PreparedChunk(d, content_sha256(d.text), is_instruction_like(d.text)) for d in drafts]
     version = f"{chunker.version}+{source_version}" if source_version else chunker.version
-    return PreparedDocument(text, chunks, version)
+    stated = front_matter_date(text) if structure == "markdown" else None
+    return PreparedDocument(text, chunks, version, stated)
+
+
+def dated(request: IngestRequest, prepared: PreparedDocument) -> IngestRequest:
+    """``request`` with the date its source states where the caller gave none: the document's own
+    date, never the ingestion date (none stated: None, and recency is neutral)."""
+    if request.doc_date is not None or prepared.doc_date is None:
+        return request
+    return replace(request, doc_date=prepared.doc_date)

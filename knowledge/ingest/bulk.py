@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from knowledge.core.prepare import IngestRequest, PreparedDocument
+from knowledge.core.prepare import IngestRequest, PreparedDocument, dated
 from knowledge.errors import CommitUnknown, KnowledgeError
 from knowledge.ingest.ingestor import Ingestor, document_of
 from knowledge.models import ArtifactRef, KnowledgeDocument
@@ -167,7 +167,7 @@ async def _prepare_some(ingestor: Ingestor, cursor: _Cursor, items: ObjectSendSt
             except Exception as exc:  # IngestRefused and failures: typed, counted, this request's outcome
                 done(index, exc)
                 continue
-            await items.send(_Prepared(index, request, source, prepared))
+            await items.send(_Prepared(index, dated(request, prepared), source, prepared))
 
 
 def preparers_for(ingestor: Ingestor, requests: Sequence[IngestRequest]) -> int:

@@ -34,7 +34,7 @@ import anyio
 from knowledge.core.chunking import (
     Chunker,
 )
-from knowledge.core.prepare import IngestRequest, PreparedDocument, prepare
+from knowledge.core.prepare import IngestRequest, PreparedDocument, dated, prepare
 from knowledge.errors import ArtifactNotFound, CommitUnknown, DatabaseUnavailable, ExtractionRefused, IngestRefused
 from knowledge.models import (
     ArtifactRef,
@@ -163,7 +163,7 @@ class Ingestor:
     async def commit_prepared(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
                               ) -> KnowledgeDocument:
         """Steps 6-7 of a prepared request, in one transaction (retried; see `_commit`)."""
-        document = await self._commit(request, source, prepared)
+        document = await self._commit(dated(request, prepared), source, prepared)
         self.wake_drain()
         return document
 
