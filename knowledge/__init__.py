@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "DeleteRefused": "knowledge.errors",
     "ToolRefused": "knowledge.errors",
     "ToolRegistryError": "knowledge.errors",
+    "TraceNotFound": "knowledge.errors",
     # cancellation: what a call cancelled by asyncio's one-shot Task.cancel() took effect with
     "took_effect": "knowledge.structured",
 }
@@ -109,6 +110,7 @@ if TYPE_CHECKING:
         ServiceClosed,
         ToolRefused,
         ToolRegistryError,
+        TraceNotFound,
     )
     from knowledge.models import (
         ArtifactRef,

@@ -120,9 +120,16 @@ class DeleteRefused(KnowledgeError):
 
 class ToolRefused(KnowledgeError):
     """A tool call refused before any work: ``unknown_tool``, ``missing_scope``, ``origin_trust``
-    or ``invalid_arguments``."""
+    or ``invalid_arguments``; ``unknown_trace`` for a search naming a trace that is not the
+    principal's."""
 
     reason = "tool_refused"
+
+
+class TraceNotFound(KnowledgeError):
+    """An answer recorded against a trace the tenant does not hold (or no longer holds: retention)."""
+
+    reason = "unknown_trace"
 
 
 class ToolRegistryError(KnowledgeError):

@@ -34,7 +34,7 @@ from knowledge.core.prepare import IngestRequest
 from knowledge.core.ranking import DEFAULT_POLICY
 from knowledge.core.trace import TRACE_RETENTION, PruneResult, RecallTrace, RecallTraceView, TraceRetention
 from knowledge.core.turn import TurnRequest, TurnResult
-from knowledge.errors import ConfigurationError
+from knowledge.errors import ConfigurationError, TraceNotFound
 from knowledge.ingest.attachments import (
     AttachmentMark,
     AttachmentQueue,
@@ -70,6 +70,7 @@ from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
 from knowledge.store import catalog
+from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stats, record_answer
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
 from knowledge.store.deletion import ConversationDeleted, delete_conversation, delete_document
@@ -504,6 +505,28 @@ class KnowledgeService:
         return await call_in_group(self._task_group, typed_faults, "tool_search", functools.partial(
             run_tool_search, self.db, self.searcher, query, trace_id=trace_id, session_id=session_id,
             turn_id=turn_id))
+
+    async def record_answer(self, trace_id: UUID, answer: str, *, tenant_id: str) -> RecordedAnswer:
+        """Record the agent's ``answer`` for the turn whose trace is ``trace_id``: the chunk ids it
+        cites are found (any wrapping: ``[kc_…]``, ``(kc_…)``, bare …; see `knowledge.core.citations`),
+        each tied to the claim it stands beside and judged against every passage the turn showed
+        the agent — its block and its ``knowledge.search`` results; an id it never showed is
+        *hallucinated* and never resolved — and stored with the trace (the answer's hash, not its
+        text) and in the citation counters (`citation_stats`), in one transaction. A turn may
+        record several answers. Raises `TraceNotFound` (``unknown_trace``). Runs as a task of the
+        service; cancelling the caller records nothing."""
+        recorded: RecordedAnswer | None = await call_in_group(
+            self._task_group, typed_faults, "record_answer",
+            functools.partial(record_answer, self.db, tenant_id, trace_id, answer))
+        if recorded is None:
+            raise TraceNotFound(message=f"no trace {trace_id} in tenant {tenant_id}")
+        return recorded
+
+    async def citation_stats(self, tenant_id: str | None = None, since: date | None = None) -> CitationStats:
+        """The tracked citation metrics from the recorded answers (per tenant, or all, from a UTC
+        day): answers, answers citing, citations, hallucinated citations.
+        Cancellation: the read is cancelled; nothing to undo."""
+        return await retry_transient("citation_stats", functools.partial(citation_stats, self.db, tenant_id, since))
 
     async def operator_trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
         """The operator's read of a turn's `RecallTrace` as stored (beliefs, passages and tool calls in

@@ -159,6 +159,32 @@ class TracedToolCall(BaseModel):
         return self
 
 
+class TracedCitation(BaseModel):
+    """A chunk id the agent's answer cited (`knowledge.core.citations`): whether the turn showed it
+    (else hallucinated), the claim it stood beside (None once reduced), and the claim-support
+    verdict (None: not assessed)."""
+
+    model_config = _FROZEN
+
+    chunk_id: str
+    well_formed: bool
+    shown: bool
+    claim: str | None
+    supported: bool | None = None
+
+
+class TracedAnswer(BaseModel):
+    """An answer of the agent recorded against the turn (`KnowledgeService.record_answer`): its hash
+    (its text is not kept) and its citations, in order."""
+
+    model_config = _FROZEN
+
+    answer_no: int = Field(ge=1)
+    answer_sha256: str = Field(pattern=_SHA256)
+    recorded_at: datetime
+    citations: list[TracedCitation]
+
+
 class RecallTrace(BaseModel):
     """What one turn gave the agent: the beliefs and passages the turn rendered in one record, with
     the rendered block's hash, and every ``knowledge.search`` result of the turn (`tool_calls`).
@@ -187,6 +213,7 @@ class RecallTrace(BaseModel):
     created_at: datetime | None = None  # set by the database when written
     reduced_at: datetime | None = None  # set when the trace entered the second retention tier
     tool_calls: list[TracedToolCall] = Field(default_factory=list)
+    answers: list[TracedAnswer] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _block_covers_passages(self) -> Self:
@@ -310,6 +337,25 @@ class ViewedToolCall(BaseModel):
         return "\n".join(lines)
 
 
+class ViewedAnswer(BaseModel):
+    """An answer's citations as the viewer may see them: a claim citing a passage this view
+    withholds is withheld too (it may quote it)."""
+
+    model_config = _FROZEN
+
+    answer_no: int
+    citations: list[TracedCitation]
+
+    def render(self) -> str:
+        wrong = sum(not c.shown for c in self.citations)
+        lines = [f"answer {self.answer_no}: {len(self.citations)} citation(s), {wrong} hallucinated"]
+        for c in self.citations:
+            verdict = "shown" if c.shown else "hallucinated (the turn never showed it)"
+            claim = c.claim if c.claim is not None else REDUCED_NOTICE
+            lines.append(f"  [{c.chunk_id}] {verdict}: {claim}")
+        return "\n".join(lines)
+
+
 class RecallTraceView(BaseModel):
     """A trace as one viewer may see it: filtered at ``effective_ceiling`` (the stricter of the
     recall and viewing surfaces' ceilings), with deleted passages marked deleted."""
@@ -331,6 +377,7 @@ class RecallTraceView(BaseModel):
     withheld_passages: int
     budget: TraceBudget
     tool_calls: list[ViewedToolCall] = Field(default_factory=list)
+    answers: list[ViewedAnswer] = Field(default_factory=list)
 
     def render(self) -> str:
         """The view as text, for a person."""
@@ -348,6 +395,7 @@ class RecallTraceView(BaseModel):
             lines.append(f"withheld from this view: {self.withheld_beliefs} belief(s), "
                          f"{self.withheld_passages} passage(s)")
         lines += [c.render() for c in self.tool_calls]
+        lines += [a.render() for a in self.answers]
         k = self.budget.classes.get(KNOWLEDGE.name)
         if k is not None:
             lines.append(f"budget: region {self.budget.region_tokens} tokens; knowledge rendered {k.rendered} of "
@@ -379,8 +427,15 @@ def build_view(
         query_text=trace.query_text, block_sha256=trace.block_sha256, reduced=trace.reduced_at is not None,
         beliefs=[ViewedBelief(rank=i, belief_id=b.belief_id, text=b.text) for i, b in enumerate(beliefs, start=1)],
         passages=passages, withheld_beliefs=len(trace.beliefs) - len(beliefs), withheld_passages=withheld_passages,
-        budget=trace.budget, tool_calls=calls,
+        budget=trace.budget, tool_calls=calls, answers=_viewed_answers(trace, ceiling, hidden),
     )
+
+
+def _viewed_answers(trace: RecallTrace, ceiling: Sensitivity, hidden: frozenset[str]) -> list[ViewedAnswer]:
+    withheld = {p.chunk_id for p in trace.all_passages() if p.sensitivity > ceiling or p.chunk_id in hidden}
+    return [ViewedAnswer(answer_no=a.answer_no, citations=[
+        c.model_copy(update={"claim": None}) if c.chunk_id in withheld else c for c in a.citations])
+        for a in trace.answers]
 
 
 def _viewed(

@@ -19,7 +19,9 @@ from knowledge.core.trace import (
     RecallTrace,
     RecallTraceView,
     TraceBudget,
+    TracedAnswer,
     TracedBelief,
+    TracedCitation,
     TracedPassage,
     TracedToolCall,
     TraceRetention,
@@ -182,7 +184,8 @@ def _traced(p: Record, sha: str) -> TracedPassage:
         content_sha256=p["content_sha256"], block_sha256=sha)
 
 
-def _trace_from(row: Record, passages: Sequence[Record], calls: Sequence[Record]) -> RecallTrace:
+def _trace_from(row: Record, passages: Sequence[Record], calls: Sequence[Record], answers: Sequence[Record],
+                citations: Sequence[Record]) -> RecallTrace:
     sha = row["block_sha256"]
     return RecallTrace(
         trace_id=row["trace_id"], tenant_id=row["tenant_id"], principal_id=row["principal_id"],
@@ -199,6 +202,12 @@ def _trace_from(row: Record, passages: Sequence[Record], calls: Sequence[Record]
             rendered_at=c["rendered_at"], block_sha256=c["block_sha256"], created_at=c["created_at"],
             passages=[_traced(p, c["block_sha256"]) for p in passages if p["call_no"] == c["call_no"]])
             for c in calls],
+        answers=[TracedAnswer(
+            answer_no=a["answer_no"], answer_sha256=a["answer_sha256"], recorded_at=a["recorded_at"],
+            citations=[TracedCitation(chunk_id=c["chunk_id"], well_formed=c["well_formed"], shown=c["shown"],
+                                      claim=c["claim"], supported=c["supported"])
+                       for c in citations if c["answer_no"] == a["answer_no"]])
+            for a in answers],
     )
 
 
@@ -215,7 +224,13 @@ async def load_trace(db: Database, tenant_id: str, trace_id: UUID) -> RecallTrac
         calls = await conn.fetch(
             "SELECT * FROM knowledge_trace_tool_calls WHERE tenant_id = $1 AND trace_id = $2 ORDER BY call_no",
             tenant_id, trace_id)
-    return _trace_from(row, passages, calls)
+        answers = await conn.fetch(
+            "SELECT * FROM knowledge_trace_answers WHERE tenant_id = $1 AND trace_id = $2 ORDER BY answer_no",
+            tenant_id, trace_id)
+        citations = await conn.fetch(
+            "SELECT * FROM knowledge_trace_citations WHERE tenant_id = $1 AND trace_id = $2 "
+            "ORDER BY answer_no, ordinal", tenant_id, trace_id) if answers else []
+    return _trace_from(row, passages, calls, answers, citations)
 
 
 _RESOLVE = """
@@ -306,6 +321,9 @@ WITH due AS (
 ), calls AS (
     UPDATE knowledge_trace_tool_calls tc SET query_text = NULL
     FROM due WHERE tc.tenant_id = due.tenant_id AND tc.trace_id = due.trace_id
+), claims AS (
+    UPDATE knowledge_trace_citations ci SET claim = NULL
+    FROM due WHERE ci.tenant_id = due.tenant_id AND ci.trace_id = due.trace_id
 )
 UPDATE knowledge_traces t
 SET query_text = NULL, reduced_at = $1,
