@@ -17,7 +17,10 @@ import signal
 import sys
 from types import FrameType
 
-from knowledge.cli.signals import SIGNALS, Interrupted, check, install
+from knowledge.cli.signals import SIGNALS, Interrupted, check, install, pop_pending
+
+#: The exit codes of a command that was interrupted and said so (128 + SIGINT or SIGTERM).
+INTERRUPTED_EXITS = frozenset(128 + s for s in SIGNALS)
 
 
 def _after(signum: int, _frame: FrameType | None) -> None:
@@ -35,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         from knowledge.cli.app import main as run_command
 
         code = run_command(argv)
-        check()  # a signal kept where no event loop ran to act on it
+        if code in INTERRUPTED_EXITS:
+            pop_pending()  # a second signal as the interrupted command ended: its one line is said
+        else:
+            check()  # a signal kept where no event loop ran to act on it
     except Interrupted as exc:
         sys.stderr.write(f"knowledge: {exc.message}\n")
         return exc.exit_code

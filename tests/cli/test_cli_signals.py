@@ -154,3 +154,19 @@ def test_a_signal_outside_the_loop_is_kept_for_a_safe_point_and_a_blocking_read_
     finally:
         reader.kill()
     assert reader.returncode == 130 and err == "knowledge: interrupted\n"
+
+
+def test_a_second_signal_as_the_interrupted_command_ends_adds_no_second_line() -> None:
+    """The race the random-moments test found once in ~100 rounds: the first SIGINT interrupted the
+    command, which said "knowledge: interrupted"; the second arrived as its loop ended and was kept;
+    the console script then raised it and said the line again. Now it is dropped: one line, 130."""
+    code = ("import os, signal, sys\n"
+            "from knowledge.cli import app, console, signals\n"
+            "def interrupted(argv):\n"
+            "    os.kill(os.getpid(), signal.SIGINT)  # the second signal, kept as the loop ended\n"
+            "    sys.stderr.write('knowledge: interrupted\\n')  # the command's own line, as app.main writes it\n"
+            "    return 130\n"
+            "app.main = interrupted\n"
+            "sys.exit(console.main(['ingest', 'x']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (130, "knowledge: interrupted\n")
