@@ -481,9 +481,10 @@ class KnowledgeService:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
         return await self.catalog.corpus_size(tenant_id)
 
-    async def citation_counts(self, tenant_id: str) -> catalog.CitationCounts | None:
-        """Citations counted over the recall traces still retained; None without trace tables."""
-        return await self.catalog.citation_counts(tenant_id)
+    async def passages_given(self, tenant_id: str) -> catalog.PassagesGiven | None:
+        """How many passages the retained traces say the agent was given (turns and tool calls);
+        None without trace tables. What it cited: `citation_stats`."""
+        return await self.catalog.passages_given(tenant_id)
 
     async def turn(self, request: TurnRequest) -> TurnResult:
         """One turn's knowledge (`knowledge.retrieval.turn.run_turn`): retrieve under the knowledge class's

@@ -1,10 +1,13 @@
 """``knowledge stats``: the spec's tracked metrics for one tenant.
 
 Corpus size; ingestion outcomes by cause and the instruction-like rate (`KnowledgeService.ingest_stats`);
-budget pressure (`KnowledgeService.budget_pressure`, from the turn counters); citation counts (from the
-recall traces still retained); owner-sent attachments by state and reason, with the signs of a worker
-that is gone (`KnowledgeService.attachment_overview`). Budget pressure and citations read "n/a" until a
-turn was traced. The semantic arm's backlog is read from the queue (never the model); on a database
+budget pressure (`KnowledgeService.budget_pressure`, from the turn counters, with the agent's
+``knowledge.search`` calls); the passages the agent was given (from the recall traces still
+retained); citations of the agent's recorded answers, hallucinated ones counted
+(`KnowledgeService.citation_stats`); owner-sent attachments by state and reason, with the signs of a
+worker that is gone (`KnowledgeService.attachment_overview`). Budget pressure and passages given
+read "n/a" until a turn was traced, citations until an answer was recorded. The semantic arm's
+backlog is read from the queue (never the model); on a database
 without pgvector the arm shows as unavailable, with the reason, instead. A tenant nothing was ever
 put in gets a line saying so above its empty report (``--json``: ``tenant_known: false`` and a ``note``).
 """
@@ -23,7 +26,8 @@ from knowledge.cli.reading import open_reader
 if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the service)
     from knowledge.ingest.attachments import QueueOverview
     from knowledge.semantic.queue import Backlog
-    from knowledge.store.catalog import CitationCounts, CorpusSize, TenantSummary
+    from knowledge.store.answers import CitationStats
+    from knowledge.store.catalog import CorpusSize, PassagesGiven, TenantSummary
     from knowledge.store.metrics import BudgetPressure, IngestStats
 
 NO_TRACES = "n/a (no turns traced)"
@@ -40,7 +44,8 @@ class _Read:
     corpus: CorpusSize
     ingest: IngestStats
     pressure: BudgetPressure
-    citations: CitationCounts | None
+    given: PassagesGiven | None
+    citations: CitationStats
     attachments: QueueOverview
     #: Why the configured semantic arm has no vectors in this database (no pgvector), or None.
     semantic_missing: str | None
@@ -57,6 +62,7 @@ def stats(ctx: typer.Context) -> int:
     async def run() -> _Read:
         from knowledge.ingest.attachments import AttachmentQueue
         from knowledge.semantic.queue import queue_backlog
+        from knowledge.store.answers import citation_stats
         from knowledge.store.metrics import budget_pressure, ingest_stats
         from knowledge.store.vectors import missing_reason
 
@@ -67,7 +73,8 @@ def stats(ctx: typer.Context) -> int:
                 known=await cat.tenant_known(opts.tenant), corpus=await cat.corpus_size(opts.tenant),
                 ingest=await cat.read("ingest_stats", ingest_stats, opts.tenant),
                 pressure=await cat.read("budget_pressure", budget_pressure, opts.tenant),
-                citations=await cat.citation_counts(opts.tenant),
+                given=await cat.passages_given(opts.tenant),
+                citations=await cat.read("citation_stats", citation_stats, opts.tenant),
                 attachments=await cat.read("attachment_overview",
                                            lambda db, tenant: AttachmentQueue(db).overview(tenant), opts.tenant),
                 semantic_missing=missing,
@@ -75,8 +82,8 @@ def stats(ctx: typer.Context) -> int:
                 if version is not None and missing is None else None)
 
     read = opts.run(run, read_only=True)
-    corpus, ingest, pressure, citations, attachments, backlog = (
-        read.corpus, read.ingest, read.pressure, read.citations, read.attachments, read.backlog)
+    corpus, ingest, pressure, given, citations, attachments, backlog = (
+        read.corpus, read.ingest, read.pressure, read.given, read.citations, read.attachments, read.backlog)
     arm = semantic_arm_state(version, read.semantic_missing)
     traced = pressure.turns > 0 or pressure.tool_calls > 0
     if opts.out.json:
@@ -90,7 +97,9 @@ def stats(ctx: typer.Context) -> int:
                           "instruction_like_rate": ingest.instruction_like_rate},
             "budget_pressure": ({**pressure.model_dump(), "yield_rate": pressure.yield_rate,
                                  "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
-            "citations": citations if citations is not None and citations.traces else None,
+            "passages_given": given if given is not None and given.traces else None,
+            "citations": ({**citations.model_dump(), "hallucination_rate": citations.hallucination_rate,
+                           "citing_share": citations.citing_share} if citations.answers else None),
             "attachments": attachments,
             "semantic_arm": arm,
             "embedding_backlog": backlog,
@@ -122,19 +131,26 @@ def stats(ctx: typer.Context) -> int:
             "recall yielded too": f"{pressure.recall_yielded_turns} turns",
             "knowledge.search calls": f"{pressure.tool_calls} ({pressure.tool_passages} passages returned)",
         })
-    if citations is None or not citations.traces:
-        out.line(f"citations: {NO_TRACES}")
+    if given is None or not given.traces:
+        out.line(f"passages given: {NO_TRACES}")
     else:
-        out.fields("Citations (retained traces)", {
-            "traces": f"{citations.traces} ({citations.traces_with_passages} rendered passages)",
-            "citations": citations.citations, "distinct chunks": citations.distinct_chunks,
-            "distinct documents": citations.distinct_documents,
-            "of deleted passages": citations.deleted_citations,
+        out.fields("Passages given to the agent (retained traces)", {
+            "traces": f"{given.traces} ({given.traces_with_passages} with passages)",
+            "passages": given.passages, "distinct chunks": given.distinct_chunks,
+            "distinct documents": given.distinct_documents, "since deleted": given.since_deleted,
         })
-        if citations.top_documents:
-            out.table("Most cited", ["document", "title", "citations"],
-                      [(t.document_id, t.title or "(deleted)", t.citations) for t in citations.top_documents],
+        if given.top_documents:
+            out.table("Most given", ["document", "title", "passages"],
+                      [(t.document_id, t.title or "(deleted)", t.passages) for t in given.top_documents],
                       wrap=["title"])
+    if not citations.answers:
+        out.line("citations: n/a (no answer recorded: svc.record_answer)")
+    else:
+        out.fields("Citations (recorded answers)", {
+            "answers": f"{citations.answers} ({citations.answers_citing} citing, {citations.citing_share:.1%})",
+            "citations": citations.citations,
+            "hallucinated": f"{citations.hallucinated} ({citations.hallucination_rate:.1%}: ids the turn never showed)",
+        })
     _attachments(opts, attachments)
     if arm["state"] == "unavailable":
         out.line(f"semantic arm ({arm['model_version']}): unavailable, search is lexical-only — {arm['reason']}")

@@ -142,26 +142,28 @@ class CorpusSize(BaseModel):
     deleted_chunks: int  # tombstones: citations that resolve to "deleted"
 
 
-class CitedDocument(BaseModel):
+class GivenDocument(BaseModel):
     model_config = _FROZEN
 
     document_id: UUID
     title: str | None  # None once the document is deleted (its traces forget titles)
-    citations: int
+    passages: int
 
 
-class CitationCounts(BaseModel):
-    """How often turns cited passages, from the recall traces (within trace retention)."""
+class PassagesGiven(BaseModel):
+    """How many passages the traces say the agent was given — turns' blocks and ``knowledge.search``
+    results — within trace retention. Not citations: what the agent cited is in its recorded
+    answers (`knowledge.store.answers.citation_stats`)."""
 
     model_config = _FROZEN
 
-    traces: int  # turns traced
+    traces: int  # traces kept (turns, and searches outside a turn)
     traces_with_passages: int
-    citations: int  # passages rendered, summed over traces
+    passages: int  # passages given, summed over traces
     distinct_chunks: int
     distinct_documents: int
-    deleted_citations: int  # citations whose chunk has since been deleted
-    top_documents: list[CitedDocument]
+    since_deleted: int  # passages whose chunk has since been deleted
+    top_documents: list[GivenDocument]
 
 
 # --- SQL ---------------------------------------------------------------------------------------------------
@@ -392,30 +394,30 @@ async def corpus_size(db: Database, tenant_id: str) -> CorpusSize:
     return CorpusSize(**{k: int(v) for k, v in dict(row).items()})
 
 
-async def citation_counts(db: Database, tenant_id: str, *, top: int = 5) -> CitationCounts | None:
-    """Citation counts from the recall traces, or None when this database has no trace tables."""
+async def passages_given(db: Database, tenant_id: str, *, top: int = 5) -> PassagesGiven | None:
+    """The passages the recall traces say the agent was given, or None without trace tables."""
     if await db.fetchval("SELECT to_regclass('knowledge_trace_passages') IS NULL"):
         return None
     row = await db.fetchrow(
         """SELECT (SELECT count(*) FROM knowledge_traces WHERE tenant_id = $1) AS traces,
-                  (SELECT count(*) FROM knowledge_traces WHERE tenant_id = $1 AND block_sha256 IS NOT NULL)
+                  (SELECT count(DISTINCT trace_id) FROM knowledge_trace_passages WHERE tenant_id = $1)
                       AS traces_with_passages,
-                  count(*) AS citations, count(DISTINCT tp.chunk_id) AS distinct_chunks,
+                  count(*) AS passages, count(DISTINCT tp.chunk_id) AS distinct_chunks,
                   count(DISTINCT tp.document_id) AS distinct_documents,
                   count(*) FILTER (WHERE EXISTS (
                       SELECT 1 FROM knowledge_deleted_chunks x
-                      WHERE x.tenant_id = tp.tenant_id AND x.chunk_id = tp.chunk_id)) AS deleted_citations
+                      WHERE x.tenant_id = tp.tenant_id AND x.chunk_id = tp.chunk_id)) AS since_deleted
            FROM knowledge_trace_passages tp WHERE tp.tenant_id = $1""",
         tenant_id)
     assert row is not None
     tops = await db.fetch(
-        """SELECT tp.document_id, max(tp.title) AS title, count(*) AS citations
+        """SELECT tp.document_id, max(tp.title) AS title, count(*) AS passages
            FROM knowledge_trace_passages tp WHERE tp.tenant_id = $1
            GROUP BY tp.document_id ORDER BY count(*) DESC, tp.document_id LIMIT $2""",
         tenant_id, top)
-    return CitationCounts(
+    return PassagesGiven(
         **{k: int(v) for k, v in dict(row).items()},
-        top_documents=[CitedDocument(document_id=r["document_id"], title=r["title"], citations=int(r["citations"]))
+        top_documents=[GivenDocument(document_id=r["document_id"], title=r["title"], passages=int(r["passages"]))
                        for r in tops],
     )
 
@@ -526,5 +528,5 @@ class Catalog:
     async def corpus_size(self, tenant_id: str) -> CorpusSize:
         return await self.read("corpus_size", corpus_size, tenant_id)
 
-    async def citation_counts(self, tenant_id: str) -> CitationCounts | None:
-        return await self.read("citation_counts", citation_counts, tenant_id)
+    async def passages_given(self, tenant_id: str) -> PassagesGiven | None:
+        return await self.read("passages_given", passages_given, tenant_id)

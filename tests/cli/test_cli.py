@@ -435,11 +435,14 @@ def test_chunk_show_live_then_deleted(knowledge: Cli, corpus: Path) -> None:
     assert unknown.code == 1 and "chunk_not_found" in unknown.one_error_line()
 
 
-async def _one_turn(dsn: str, tenant: str, text: str) -> None:
+async def _one_turn(dsn: str, tenant: str, text: str, answer: bool = False) -> None:
     settings = Settings(dsn=dsn, pool_min_size=1, pool_max_size=2, sweep_interval_seconds=None)
     async with KnowledgeService.open(settings) as svc:
         query = KnowledgeQuery(tenant_id=tenant, principal_id="operator", text=text)
-        await svc.turn(TurnRequest(query=query, region_tokens=10_000))
+        turn = await svc.turn(TurnRequest(query=query, region_tokens=10_000))
+        if answer:  # one citation of what the turn showed, one of nothing it showed
+            await svc.record_answer(turn.trace.trace_id, f"Roll back [{turn.passages[0].chunk_id}]. "
+                                    "Then wait [kc_abcdefghijklmnopqrstu].", tenant_id=tenant)
 
 
 def test_stats_tracked_metrics(knowledge: Cli, corpus: Path, database_dsn: str, tenant: str) -> None:
@@ -452,7 +455,7 @@ def test_stats_tracked_metrics(knowledge: Cli, corpus: Path, database_dsn: str, 
     assert stats["ingestion"]["accepted"] == 2
     assert stats["ingestion"]["refused"] == {"unsupported_media_type": 2, "secret_detected": 1}
     assert stats["ingestion"]["instruction_like_rate"] == 0.0
-    assert stats["budget_pressure"] is None and stats["citations"] is None
+    assert stats["budget_pressure"] is None and stats["passages_given"] is None and stats["citations"] is None
     human = knowledge("stats")
     assert human.code == 0 and "instruction-like rate: 0.00%" in human.out
     assert "budget pressure: n/a (no turns traced)" in human.out and "secret_detected" in human.out
@@ -460,12 +463,19 @@ def test_stats_tracked_metrics(knowledge: Cli, corpus: Path, database_dsn: str, 
     anyio.run(_one_turn, database_dsn, tenant, "pelican rollback")
     traced = knowledge("--json", "stats").json()
     assert traced["budget_pressure"]["turns"] == 1 and traced["budget_pressure"]["knowledge_turns"] == 1
-    assert traced["citations"]["traces"] == 1 and traced["citations"]["citations"] >= 1
-    top = traced["citations"]["top_documents"]
+    assert traced["passages_given"]["traces"] == 1 and traced["passages_given"]["passages"] >= 1
+    top = traced["passages_given"]["top_documents"]
     assert {t["title"] for t in top} <= {"guide/runbook.md", "notes.txt"}
-    assert sum(t["citations"] for t in top) == traced["citations"]["citations"]
+    assert sum(t["passages"] for t in top) == traced["passages_given"]["passages"]
+    assert traced["citations"] is None  # no answer recorded yet
     human_traced = knowledge("stats")
-    assert "Budget pressure" in human_traced.out and "Most cited" in human_traced.out
+    assert "Budget pressure" in human_traced.out and "Most given" in human_traced.out
+    assert "citations: n/a (no answer recorded" in human_traced.out
+    anyio.run(_one_turn, database_dsn, tenant, "pelican rollback", True)
+    answered = knowledge("--json", "stats").json()["citations"]
+    assert (answered["answers"], answered["citations"], answered["hallucinated"]) == (1, 2, 1)
+    assert answered["hallucination_rate"] == 0.5
+    assert "hallucinated │ 1 (50.0%" in knowledge("stats").out
 
 
 def test_db_status_and_psql_against_dsn(knowledge: Cli, capfd: pytest.CaptureFixture[str], database_dsn: str,
