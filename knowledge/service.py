@@ -74,7 +74,14 @@ from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stat
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
 from knowledge.store.deletion import ConversationDeleted, delete_conversation, delete_document
-from knowledge.store.metrics import BudgetPressure, IngestStats, budget_pressure, ingest_stats
+from knowledge.store.metrics import (
+    BudgetPressure,
+    IngestDay,
+    IngestStats,
+    budget_pressure,
+    ingest_stats,
+    ingest_trend,
+)
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.store.retry import retry_transient, typed_faults
 from knowledge.store.server import SERVER_IDENTITY
@@ -435,9 +442,21 @@ class KnowledgeService:
         Cancellation: the child is killed and reaped first."""
         return await call_in_group(self._task_group, self.parser_pool.inspect, data)
 
-    async def ingest_stats(self, tenant_id: str | None = None) -> IngestStats:
-        """The tracked metrics "ingestion outcomes" and "instruction-like rate", for one tenant or all."""
-        return await retry_transient("ingest_stats", functools.partial(ingest_stats, self.db, tenant_id))
+    async def ingest_stats(self, tenant_id: str | None = None, since: date | None = None) -> IngestStats:
+        """The tracked metrics "ingestion outcomes" (from ``since``, a day; default: ever) and
+        "instruction-like rate" (of the live corpus), for one tenant or all."""
+        return await retry_transient("ingest_stats", functools.partial(ingest_stats, self.db, tenant_id, since))
+
+    async def count_refusal(self, tenant_id: str, reason: str) -> None:
+        """Count an ingest refused before it reached the service (the tool layer's ``missing_scope``,
+        ``origin_trust``, ``invalid_arguments``) with the ingestion outcomes. Never raises: a count
+        that cannot be written is logged."""
+        await self.ingestor.count_refusal(tenant_id, reason)
+
+    async def ingest_trend(self, tenant_id: str | None = None, since: date | None = None) -> list[IngestDay]:
+        """The same metrics day by day (`knowledge.store.metrics.IngestDay`): refusals by cause and
+        the instruction-like rate of what was ingested each day, from ``since``."""
+        return await retry_transient("ingest_trend", functools.partial(ingest_trend, self.db, tenant_id, since))
 
     # --- The operator's read-side view (`knowledge.store.catalog`): tenant-scoped, visibility not applied.
     # --- Read-only; cancellation propagates and leaves no connection checked out.

@@ -126,6 +126,8 @@ class Tool:
     required_scopes: frozenset[str] = frozenset()
     min_origin_trust: TrustLevel | None = None
     result_trust: TrustLevel = TrustLevel.KNOWLEDGE
+    #: Its refusals are ingestion refusals, counted by cause with the service's own (`ingest_stats`).
+    ingests: bool = False
 
     def json_schema(self) -> dict[str, Any]:
         """The arguments' JSON schema, generated from the pydantic model."""
@@ -200,8 +202,16 @@ class ToolRegistry:
         """Check (see `check`), then run the tool against ``service``. The service's own refusals
         (e.g. `IngestRefused`) propagate with their reason codes.
 
+        A refused call of a tool that ingests is counted with the ingestion outcomes (refused, by
+        its reason), as the service's own refusals are.
+
         Cancellation: propagates; the service rolls back whatever the tool had started."""
-        tool, args = self.check(name, arguments, context)
+        try:
+            tool, args = self.check(name, arguments, context)
+        except ToolRefused as refusal:
+            if name in self._tools and self._tools[name].ingests:
+                await service.count_refusal(context.principal.tenant_id, refusal.reason)
+            raise
         result = await tool.handler(service, context, args)
         return result.model_copy(update={"trust": tool.result_trust})
 
@@ -303,6 +313,7 @@ INGEST_TOOL = Tool(
     handler=_ingest,
     required_scopes=frozenset({KNOWLEDGE_WRITE}),
     min_origin_trust=TrustLevel.USER,
+    ingests=True,
 )
 
 KNOWLEDGE_DOMAIN = ToolDomain(name="knowledge", tools=(SEARCH_TOOL, INGEST_TOOL),

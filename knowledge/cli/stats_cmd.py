@@ -15,11 +15,12 @@ put in gets a line saying so above its empty report (``--json``: ``tenant_known:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from datetime import date
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from knowledge.cli.context import configured_model_version, options, semantic_arm_state
+from knowledge.cli.context import configured_model_version, options, parse_instant, semantic_arm_state
 from knowledge.cli.output import human_bytes, safe
 from knowledge.cli.reading import open_reader
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
     from knowledge.semantic.queue import Backlog
     from knowledge.store.answers import CitationStats
     from knowledge.store.catalog import CorpusSize, PassagesGiven, TenantSummary
-    from knowledge.store.metrics import BudgetPressure, IngestStats
+    from knowledge.store.metrics import BudgetPressure, IngestDay, IngestStats
 
 NO_TRACES = "n/a (no turns traced)"
 
@@ -50,11 +51,19 @@ class _Read:
     #: Why the configured semantic arm has no vectors in this database (no pgvector), or None.
     semantic_missing: str | None
     backlog: Backlog | None
+    trend: list[IngestDay]
 
 
-def stats(ctx: typer.Context) -> int:
-    """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, citation counts."""
+def stats(
+    ctx: typer.Context,
+    since: Annotated[str | None, typer.Option(
+        help="Count from this day on (a date or an ISO 8601 instant: its UTC day), and show the ingestion "
+             "trend day by day (refusals by cause, instruction-like rate).", show_default=False)] = None,
+) -> int:
+    """Corpus size, ingestion outcomes by cause, instruction-like rate, budget pressure, passages given,
+    citations; with ``--since``, counted from that day, and the ingestion trend day by day."""
     opts = options(ctx)
+    day: date | None = parse_instant(since, "--since", end=False).date() if since is not None else None
     # The queue is read without the arm: stats never starts the model. (Before the loop: `enabled`
     # looks for the extra's packages and model files.)
     version = configured_model_version(opts.settings())
@@ -63,7 +72,7 @@ def stats(ctx: typer.Context) -> int:
         from knowledge.ingest.attachments import AttachmentQueue
         from knowledge.semantic.queue import queue_backlog
         from knowledge.store.answers import citation_stats
-        from knowledge.store.metrics import budget_pressure, ingest_stats
+        from knowledge.store.metrics import budget_pressure, ingest_stats, ingest_trend
         from knowledge.store.vectors import missing_reason
 
         async with open_reader(opts) as cat:
@@ -71,10 +80,11 @@ def stats(ctx: typer.Context) -> int:
             missing = await cat.read("semantic_missing", missing_reason) if version is not None else None
             return _Read(
                 known=await cat.tenant_known(opts.tenant), corpus=await cat.corpus_size(opts.tenant),
-                ingest=await cat.read("ingest_stats", ingest_stats, opts.tenant),
-                pressure=await cat.read("budget_pressure", budget_pressure, opts.tenant),
+                ingest=await cat.read("ingest_stats", ingest_stats, opts.tenant, day),
+                pressure=await cat.read("budget_pressure", budget_pressure, opts.tenant, day),
                 given=await cat.passages_given(opts.tenant),
-                citations=await cat.read("citation_stats", citation_stats, opts.tenant),
+                citations=await cat.read("citation_stats", citation_stats, opts.tenant, day),
+                trend=await cat.read("ingest_trend", ingest_trend, opts.tenant, day) if day is not None else [],
                 attachments=await cat.read("attachment_overview",
                                            lambda db, tenant: AttachmentQueue(db).overview(tenant), opts.tenant),
                 semantic_missing=missing,
@@ -95,6 +105,9 @@ def stats(ctx: typer.Context) -> int:
             "ingestion": {"accepted": ingest.accepted, "refused": ingest.refused, "failed": ingest.failed,
                           "live_chunks": ingest.live_chunks, "instruction_like_chunks": ingest.instruction_like_chunks,
                           "instruction_like_rate": ingest.instruction_like_rate},
+            "since": day.isoformat() if day is not None else None,
+            "trend": [{**d.model_dump(mode="json"), "refusal_rate": d.refusal_rate,
+                       "instruction_like_rate": d.instruction_like_rate} for d in read.trend],
             "budget_pressure": ({**pressure.model_dump(), "yield_rate": pressure.yield_rate,
                                  "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
             "passages_given": given if given is not None and given.traces else None,
@@ -120,6 +133,13 @@ def stats(ctx: typer.Context) -> int:
     out.table("Ingestion outcomes", ["outcome", "cause", "count"], rows)
     out.line(f"instruction-like rate: {ingest.instruction_like_rate:.2%} "
              f"({ingest.instruction_like_chunks} of {ingest.live_chunks} live chunks)")
+    if day is not None:
+        out.table(f"Ingestion by day since {day.isoformat()}",
+                  ["day", "accepted", "refused", "refusal rate", "top causes", "chunks", "instruction-like"],
+                  [(d.day.isoformat(), d.accepted, sum(d.refused.values()), f"{d.refusal_rate:.1%}",
+                    ", ".join(f"{cause} {n}" for cause, n in sorted(d.refused.items(), key=lambda kv: -kv[1])[:3])
+                    or "-", d.chunks, f"{d.instruction_like_rate:.2%}") for d in read.trend],
+                  wrap=["top causes"])
     if not traced:
         out.line(f"budget pressure: {NO_TRACES}")
     else:

@@ -60,6 +60,7 @@ from knowledge.store.attachment_queue import (
 )
 from knowledge.store.db import Connection, Database, Record
 from knowledge.store.deletion import withdraw_unreferenced
+from knowledge.store.documents import count_outcome
 from knowledge.store.locks import lock_documents
 from knowledge.vocabulary import WRITE_SCOPE
 
@@ -244,6 +245,9 @@ async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iter
         await tx.execute(
             MARK, actor.tenant_id, conversation_id, principal_id, [f[0] for f in fresh], [f[1] for f in fresh],
             [f[2] for f in fresh], [f[3] for f in fresh])
+        for mark in marks.values():  # a file the service cannot read is a refusal by cause, like an ingest's
+            if mark.reason == NotMarked.UNSUPPORTED_MEDIA_TYPE.value:
+                await count_outcome(tx, actor.tenant_id, "refused", mark.reason)
     return [marks.get(i) or AttachmentMark(artifact_id=i, state=None, reason=NotMarked.ARTIFACT_NOT_FOUND.value)
             for i in ids]
 

@@ -339,6 +339,10 @@ class Ingestor:
         return document_of(request, document_id, version, ref_from_row(row), source.media_type,
                          row["chunker_version"], row["ingested_at"])
 
+    async def count_refusal(self, tenant: str, reason: str) -> None:
+        """Count a refusal decided before this ingestor saw the request (the tool layer's)."""
+        await self._count(tenant, "refused", reason)
+
     async def _count(self, tenant: str, outcome: str, reason: str) -> None:
         """Count a refusal or failure in its own short transaction; never masks the original error."""
         try:

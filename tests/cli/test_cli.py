@@ -691,3 +691,20 @@ def test_stats_show_attachments_and_a_dead_worker(knowledge: Cli, database_dsn: 
     human = knowledge("stats")
     assert "secret_detected" in human.out and "1 attachment(s) ingesting under an expired lease" in human.out
     assert "wJalrXUtnFEMI" not in human.out
+
+
+def test_stats_since_shows_the_ingestion_trend_day_by_day(knowledge: Cli, corpus: Path) -> None:
+    assert knowledge("ingest", str(corpus)).code == 1  # two accepted, three refused by cause
+    every = knowledge("--json", "stats").json()
+    assert every["since"] is None and every["trend"] == []
+    since = knowledge("--json", "stats", "--since", "2020-01-01").json()
+    assert since["since"] == "2020-01-01" and len(since["trend"]) == 1
+    today = since["trend"][0]
+    assert today["accepted"] == 2 and today["refused"] == {"unsupported_media_type": 2, "secret_detected": 1}
+    assert today["refusal_rate"] == 0.6 and today["chunks"] >= 2
+    human = knowledge("stats", "--since", "2020-01-01")
+    assert human.code == 0 and "Ingestion by day since 2020-01-01" in human.out and "60.0%" in human.out
+    future = knowledge("--json", "stats", "--since", "2999-01-01").json()
+    assert future["ingestion"]["accepted"] == 0 and future["trend"] == []
+    bad = knowledge("stats", "--since", "last week")
+    assert bad.code == 2 and "--since must be a date" in bad.err
