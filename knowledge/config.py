@@ -111,6 +111,12 @@ class Settings(BaseModel):
     #: probably answer nothing are not returned, and a question nothing answers gets nothing.
     #: False returns the best passages whatever their relevance (each still carries it).
     relevance_floor: bool = True
+    #: Pre-turn retrieval: `KnowledgeService.turn` retrieves knowledge into the turn's block without
+    #: an explicit tool call. Off by default (ADR-0033 build step 5: "enabled only if the corpus
+    #: gate improves with it"): the agent's ``knowledge.search`` is the path, and a turn budgets its
+    #: beliefs and opens the trace the tool's results join. A turn may ask otherwise
+    #: (`TurnRequest.retrieve`).
+    preturn_retrieval: bool = False
     #: Candidates each arm hands to the relevance model per search: fewer is faster and finds less
     #: (`scripts/eval_retrieval.py` prints recall@3 and latency per value; README "Search").
     search_candidates: int = Field(default=50, ge=1, le=1000)

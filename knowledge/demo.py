@@ -103,7 +103,7 @@ async def run(folder: Path, files: list[Path], question: str) -> None:
         # One turn: retrieve, budget Region B, render, and commit the trace with the block.
         query = KnowledgeQuery(tenant_id=TENANT, principal_id="operator", text=question)
         began = time.perf_counter()
-        turn = await svc.turn(TurnRequest(query=query, region_tokens=5000, session_id="demo"))
+        turn = await svc.turn(TurnRequest(query=query, region_tokens=5000, session_id="demo", retrieve=True))
         took = (time.perf_counter() - began) * 1000
         print(f"\nQ: {question}  ({len(turn.passages)} passages, block and trace in {took:.1f} ms)")
         print(turn.block or "(no passage)")

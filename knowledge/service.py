@@ -506,11 +506,14 @@ class KnowledgeService:
         return await self.catalog.passages_given(tenant_id)
 
     async def turn(self, request: TurnRequest) -> TurnResult:
-        """One turn's knowledge (`knowledge.retrieval.turn.run_turn`): retrieve under the knowledge class's
-        allowance, budget Region B beside ``request.beliefs`` (knowledge yields first), render the
+        """One turn's knowledge (`knowledge.retrieval.turn.run_turn`): where pre-turn retrieval is on
+        (``request.retrieve``, else `Settings.preturn_retrieval`: off by default) retrieve under the
+        knowledge class's allowance, budget Region B beside ``request.beliefs`` (knowledge yields first), render the
         ``<knowledge>`` block and commit its trace; the block is returned only with its trace
         committed. Runs as a task of the service (closing it raises `ServiceClosed`); cancelling the
         caller rolls the trace back and returns nothing."""
+        if request.retrieve is None:
+            request = request.model_copy(update={"retrieve": self.settings.preturn_retrieval})
         return await call_in_group(self._task_group, typed_faults, "turn",
                                    functools.partial(run_turn, self.db, self.searcher, request))
 

@@ -105,7 +105,8 @@ async def run(args: argparse.Namespace) -> list[str]:
             for q in questions:
                 result = await svc.turn(TurnRequest(
                     query=KnowledgeQuery(tenant_id=TENANT, principal_id=PRINCIPAL, text=str(q["question"])),
-                    region_tokens=region, beliefs=belief_load(load, args.belief_tokens), session_id="eval"))
+                    region_tokens=region, beliefs=belief_load(load, args.belief_tokens), session_id="eval",
+                    retrieve=True))
                 tally.add(result.budget.allocation)
             stored = await svc.budget_pressure(TENANT)
             same = (stored.turns, stored.yielded_turns, stored.passages_yielded, stored.tokens_yielded) == (

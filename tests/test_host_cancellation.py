@@ -82,7 +82,7 @@ class Round:
             return self.svc.ingest_many(self.requests, on_done=self._on_done)
         if self.op == "search":
             return self.svc.search(query)
-        return self.svc.turn(TurnRequest(query=query, region_tokens=4000, session_id="s", turn_id="t"))
+        return self.svc.turn(TurnRequest(query=query, region_tokens=4000, session_id="s", turn_id="t", retrieve=True))
 
     def _on_done(self, index: int, outcome: object) -> None:
         if isinstance(outcome, KnowledgeDocument):

@@ -4,6 +4,7 @@ allowance. `knowledge.retrieval.turn.run_turn` runs them between the search and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,9 +23,13 @@ from knowledge.vocabulary import Sensitivity
 class TurnRequest(BaseModel):
     """What a host hands a turn.
 
-    ``query`` is the turn's knowledge query (its ``sensitivity_ceiling`` is the recall surface's
-    ceiling); ``region_tokens`` is what Region B has for in-turn recall and knowledge this turn;
-    ``beliefs`` are in-turn recall's ranked candidates from the host's memory read path.
+    ``query`` is the turn's knowledge query — its text the user's message, its
+    ``sensitivity_ceiling`` the recall surface's ceiling; ``region_tokens`` is what Region B has for
+    in-turn recall and knowledge this turn; ``beliefs`` are in-turn recall's ranked candidates from
+    the host's memory read path. ``retrieve``: whether knowledge is retrieved before the turn
+    (pre-turn retrieval; None: the service's `Settings.preturn_retrieval`, off by default), with
+    the query `form_query` builds from the message and the session's ``objective``, if the host
+    gives one; only passages at or above the relevance floor are rendered.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,6 +40,25 @@ class TurnRequest(BaseModel):
     surface: str = Field(default="default", min_length=1, max_length=256)
     session_id: str | None = Field(default=None, max_length=256)
     turn_id: str | None = Field(default=None, max_length=256)
+    retrieve: bool | None = None
+    objective: str | None = Field(default=None, max_length=2000)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def form_query(request: TurnRequest) -> KnowledgeQuery:
+    """The pre-turn query: the user's message (``request.query.text``), then the session's objective
+    where the host gives one and it adds words the message lacks — what the turn is about when the
+    message alone is terse ("and the next step?")."""
+    query = request.query
+    if not request.objective or not request.objective.strip():
+        return query
+    said = {w.lower() for w in _WORD.findall(query.text)}
+    extra = [w for w in request.objective.split() if {x.lower() for x in _WORD.findall(w)} - said]
+    if not extra:
+        return query
+    return query.model_copy(update={"text": f"{query.text} {' '.join(extra)}"[:10_000]})
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ trace.
 
 The order inside:
 
-1. **Retrieve** with `knowledge.search` under the knowledge class's allowance (3 passages / 3,000
-   tokens; a query may ask for less, never more).
+1. **Retrieve**, where the turn asks for pre-turn retrieval (``request.retrieve``, resolved by the
+   service from `Settings.preturn_retrieval`, off by default), with `knowledge.search` under the
+   knowledge class's allowance (3 passages / 3,000 tokens; a query may ask for less, never more)
+   and the query `form_query` builds; otherwise the turn renders beliefs only and its trace waits
+   for the agent's ``knowledge.search`` calls.
 2. **Lock and resolve** (one transaction from here on): the cited documents' locks in shared mode,
    then each passage's version, sensitivity and content hash. A passage whose document was deleted
    since step 1 is not rendered.
@@ -30,7 +33,7 @@ from uuid import UUID, uuid4
 
 from knowledge.core.budget import IN_TURN_RECALL, KNOWLEDGE, BudgetClass
 from knowledge.core.trace import RecallTrace, TraceBudget, TracedToolCall
-from knowledge.core.turn import TurnRequest, TurnResult, assemble, class_allowance, render_traced
+from knowledge.core.turn import TurnRequest, TurnResult, assemble, class_allowance, form_query, render_traced
 from knowledge.errors import ToolRefused
 from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.retrieval.search import Searcher
@@ -64,7 +67,7 @@ async def run_turn(
     rolls back, and nothing is returned or traced.
     """
     query = request.query
-    passages = await searcher.search(class_allowance(query, knowledge))
+    passages = await searcher.search(class_allowance(form_query(request), knowledge)) if request.retrieve else []
     rendered_at = query.as_of or now or datetime.now(UTC)
     async with db.transaction() as tx:
         await lock_documents_shared(tx, query.tenant_id, [p.document_id for p in passages])

@@ -49,7 +49,8 @@ async def work(svc: KnowledgeService, tenant: str) -> None:
                 expires_at=datetime.now(UTC) + timedelta(hours=1)))  # an upload expires; its document stays
         await svc.ingest(refs[0], f"runbook {n}", "tenant", writer, origin_trust=TrustLevel.USER)
         await svc.search(query)
-        await svc.turn(TurnRequest(query=query, region_tokens=3000, session_id="s", turn_id=str(n)))
+        await svc.turn(TurnRequest(query=query, region_tokens=3000, session_id="s", turn_id=str(n),
+                                          retrieve=True))
         await svc.ingest_many([IngestRequest(source=ref, title=f"runbook {n}.{i}", visibility=Visibility.TENANT,
                                              principal=writer, origin_trust=TrustLevel.USER)
                                for i, ref in enumerate(refs[1:], 1)])

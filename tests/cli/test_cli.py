@@ -439,7 +439,7 @@ async def _one_turn(dsn: str, tenant: str, text: str, answer: bool = False) -> N
     settings = Settings(dsn=dsn, pool_min_size=1, pool_max_size=2, sweep_interval_seconds=None)
     async with KnowledgeService.open(settings) as svc:
         query = KnowledgeQuery(tenant_id=tenant, principal_id="operator", text=text)
-        turn = await svc.turn(TurnRequest(query=query, region_tokens=10_000))
+        turn = await svc.turn(TurnRequest(query=query, region_tokens=10_000, retrieve=True))
         if answer:  # one citation of what the turn showed, one of nothing it showed
             await svc.record_answer(turn.trace.trace_id, f"Roll back [{turn.passages[0].chunk_id}]. "
                                     "Then wait [kc_abcdefghijklmnopqrstu].", tenant_id=tenant)

@@ -154,7 +154,7 @@ class VisibilityMachine(RuleBasedStateMachine):
         admissible for the turn's principal, and the trace records it for the view rule."""
         query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
                                text=" ".join(words), sensitivity_ceiling=ceiling, min_score=-1e9)
-        result = self.portal.call(self.svc.turn, TurnRequest(query=query, region_tokens=10_000))
+        result = self.portal.call(self.svc.turn, TurnRequest(query=query, region_tokens=10_000, retrieve=True))
         given = [p.document_id for p in result.passages]
         context = ToolContext(principal=Principal(tenant_id=self.tenant(tenant), principal_id=principal),
                               origin_trust=TrustLevel.USER, current_scope=scope, sensitivity_ceiling=ceiling,

@@ -216,7 +216,8 @@ async def test_two_ceilings_through_the_service(service: KnowledgeService, tenan
                  for lvl in [*levels, "restricted"])
     query = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="roll back release tag",
                            sensitivity_ceiling=Sensitivity.CONFIDENTIAL)
-    turn = await service.turn(TurnRequest(query=query, region_tokens=10_000, beliefs=mind, surface="ops-console"))
+    turn = await service.turn(TurnRequest(query=query, region_tokens=10_000, beliefs=mind, surface="ops-console",
+                                              retrieve=True))
     assert {p.document_id for p in turn.passages} == set(docs.values())
     assert [b.belief_id for b in turn.beliefs] == ["b-public", "b-internal", "b-confidential"]
 
@@ -231,7 +232,7 @@ async def test_two_ceilings_through_the_service(service: KnowledgeService, tenan
     every = ({f"{lvl} runbook" for lvl in levels}, {f"b-{lvl}" for lvl in levels}, 0, 0)
     assert await shown("restricted") == every  # the recall surface's ceiling (confidential) is the stricter
     lower = await service.turn(TurnRequest(query=query.model_copy(update={"sensitivity_ceiling": Sensitivity.INTERNAL}),
-                                           region_tokens=10_000, beliefs=mind))
+                                           region_tokens=10_000, beliefs=mind, retrieve=True))
     view = await service.trace_view(lower.trace.trace_id, viewer=alice(tenant, "restricted"))
     assert view is not None and view.effective_ceiling is Sensitivity.INTERNAL
     assert {p.title for p in view.passages} == {"public runbook", "internal runbook"}

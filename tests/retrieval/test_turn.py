@@ -75,7 +75,8 @@ def beliefs(tokens: Sequence[int], sensitivity: Sensitivity = Sensitivity.INTERN
 
 def request(tenant: str, text: str, region: int, belief_tokens: Sequence[int] = (), **query: object) -> TurnRequest:
     return TurnRequest(query=KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text, **query),  # type: ignore[arg-type]
-                       region_tokens=region, beliefs=beliefs(belief_tokens), session_id="s1", turn_id="t1")
+                       region_tokens=region, beliefs=beliefs(belief_tokens), session_id="s1", turn_id="t1",
+                       retrieve=True)
 
 
 @pytest.mark.anyio
@@ -163,3 +164,32 @@ async def test_a_passage_deleted_after_retrieval_is_neither_rendered_nor_traced(
     assert [p.chunk_id for p in got.trace.passages] == [p.chunk_id for p in got.passages]
     assert got.trace.budget.classes["knowledge"].offered == len(got.passages)
     assert (await service.check_trace(got.trace.trace_id, tenant_id=tenant)).ok
+
+
+@pytest.mark.anyio
+async def test_pre_turn_retrieval_is_off_unless_the_service_or_the_turn_turns_it_on(
+        service: KnowledgeService, tenant: str, settings: Settings) -> None:
+    """Build step 5: knowledge retrieved without an explicit tool call only where asked — off by
+    default (`Settings.preturn_retrieval`); a turn may ask either way. Off, the turn renders its
+    beliefs and opens the trace the agent's tool calls join."""
+    await ingest_corpus(service, tenant)
+    plain = TurnRequest(query=KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback failover"),
+                        region_tokens=10_000, beliefs=beliefs([20]))
+    off = await service.turn(plain)
+    assert off.block is None and off.passages == () and [b.belief_id for b in off.beliefs] == ["b0"]
+    assert off.trace.passages == [] and off.trace.query_text == "rollback failover"
+    on = await service.turn(plain.model_copy(update={"retrieve": True}))
+    assert on.block is not None and on.passages
+    async with KnowledgeService.open(settings.model_copy(update={"preturn_retrieval": True})) as eager:
+        assert (await eager.turn(plain)).passages
+        assert (await eager.turn(plain.model_copy(update={"retrieve": False}))).passages == ()
+
+
+def test_the_pre_turn_query_is_the_message_then_what_the_objective_adds() -> None:
+    from knowledge.core.turn import form_query
+
+    ask = TurnRequest(query=KnowledgeQuery(tenant_id="t", principal_id="p", text="and then what?"),
+                      region_tokens=100, objective="Restore the etcd cluster from a snapshot, then what")
+    assert form_query(ask).text == "and then what? Restore the etcd cluster from a snapshot,"
+    assert form_query(ask.model_copy(update={"objective": None})).text == "and then what?"
+    assert form_query(ask.model_copy(update={"objective": "And THEN"})).text == "and then what?"
