@@ -1,0 +1,154 @@
+"""Pre-turn retrieval (ADR-0033 build step 5): what it would give the agent, and what it injects
+where the corpus cannot answer — the numbers that decide `Settings.preturn_retrieval`.
+
+    .venv/bin/python scripts/eval_preturn.py [--loop trio|asyncio] [--scifact-queries 300]
+
+Opens the service on a throwaway embedded PostgreSQL (lexical arm, the shipped relevance floor),
+ingests four tenants through `KnowledgeService.ingest` — ``docs`` (docs-argocd + docs-etcd),
+``argocd``, ``etcd`` and ``scifact`` (the SciFact abstracts) — and runs every question as a turn
+with pre-turn retrieval on (`TurnRequest(retrieve=True)`, no beliefs, a roomy Region B):
+
+1. **The corpus gate, with and without it**: the 68 docs-dev questions against ``docs``. With it,
+   recall@3 is the share of answerable questions whose block holds an answer, and noise is the
+   share of unanswerable ones that got any passage. Without it the turn renders nothing: the agent
+   knows what its own ``knowledge.search`` calls return — the same search, so the same recall, but
+   only on the turns where it calls the tool.
+2. **An irrelevant corpus**: turns about one corpus against a tenant holding only another — Argo CD
+   questions against etcd's docs and the reverse, the docs questions against SciFact abstracts, and
+   SciFact claims against the docs. Per row: turns, passages injected per turn, share of turns with
+   any injection, tokens injected per turn (and per injecting turn).
+3. **A stricter floor**: the same turns with each passage kept only at or above a floor on its
+   calibrated relevance — recall@3 and noise of the gate, and each irrelevant row's share of turns
+   with any injection — the price of a floor that holds the bound.
+
+The decision rule (README, DESIGN "open question 2"): on only if the gate improves — it cannot
+beat the tool path, which runs the same search — and irrelevant turns stay under 5% with any
+injection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from retrieval_data import (
+    answers,
+    docs_sources,
+    ingest_sources,
+    load_docs_dev,
+    load_scifact,
+    print_run,
+    scifact_sources,
+)
+
+from knowledge.config import Settings
+from knowledge.core.turn import TurnRequest
+from knowledge.models import KnowledgeQuery, RetrievedPassage
+from knowledge.service import KnowledgeService
+from knowledge.supervisors.embedded_pg import throwaway_data_dir
+
+PRINCIPAL = "eval"
+#: The share of turns about another corpus that may get any passage for pre-turn retrieval to be on.
+IRRELEVANT_BOUND = 0.05
+#: Floors the sweep tries (the shipped one first).
+FLOORS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+
+
+async def turn_passages(svc: KnowledgeService, tenant: str, text: str) -> list[RetrievedPassage]:
+    result = await svc.turn(TurnRequest(query=KnowledgeQuery(tenant_id=tenant, principal_id=PRINCIPAL, text=text),
+                                        region_tokens=10_000, retrieve=True, session_id="eval-preturn"))
+    return list(result.passages)
+
+
+def injection_row(name: str, given: Sequence[list[RetrievedPassage]]) -> str:
+    turns = len(given)
+    counts = [len(g) for g in given]
+    tokens = [sum(p.tokens for p in g) for g in given]
+    injecting = [t for t, c in zip(tokens, counts, strict=True) if c]
+    share = len(injecting) / turns if turns else 0.0
+    verdict = "ok" if share <= IRRELEVANT_BOUND else "over"
+    return (f"{name:<38} {turns:>5} {sum(counts) / turns:>9.2f} {share:>8.1%} {statistics.fmean(tokens):>9.0f} "
+            f"{(statistics.fmean(injecting) if injecting else 0):>10.0f}  {verdict}")
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    out: list[str] = []
+    questions = load_docs_dev()
+    scifact = load_scifact()
+    claims = list(scifact.queries.values())[: args.scifact_queries]
+    every_doc = docs_sources()
+    with throwaway_data_dir("knowledge-eval-preturn-") as data_dir:
+        settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=8, semantic_arm=False)
+        async with KnowledgeService.open(settings) as svc:
+            began = time.perf_counter()
+            for tenant, sources in (("docs", every_doc),
+                                    ("argocd", [s for s in every_doc if s.key.startswith("docs-argocd/")]),
+                                    ("etcd", [s for s in every_doc if s.key.startswith("docs-etcd/")]),
+                                    ("scifact", scifact_sources(scifact))):
+                docs, refused = await ingest_sources(svc, tenant, sources)
+                out.append(f"tenant {tenant}: {len(docs)} documents (refused {refused or 0})")
+            out.append(f"ingested in {time.perf_counter() - began:.0f}s; the relevance floor on (the default)")
+
+            given = [await turn_passages(svc, "docs", str(q["question"])) for q in questions]
+            answerable = [(q, g) for q, g in zip(questions, given, strict=True) if not q.get("unanswerable")]
+            unanswerable = [g for q, g in zip(questions, given, strict=True) if q.get("unanswerable")]
+            hit = sum(any(answers(q, p.text) for p in g) for q, g in answerable)
+            noisy = sum(bool(g) for g in unanswerable)
+            out += ["", "1. The corpus gate (docs-dev against the docs tenant)",
+                    f"{'':<24} {'recall@3':>10} {'noise':>10} {'passages/turn':>14} {'tokens/turn':>12}",
+                    f"{'with pre-turn':<24} {hit / len(answerable):>10.3f} "
+                    f"{f'{noisy}/{len(unanswerable)}':>10} {statistics.fmean(len(g) for g in given):>14.2f} "
+                    f"{statistics.fmean(sum(p.tokens for p in g) for g in given):>12.0f}",
+                    f"{'without (tool path only)':<24} {'—':>10} {'0/' + str(len(unanswerable)):>10} {0:>14.2f} "
+                    f"{0:>12.0f}   (a knowledge.search call gets recall {hit / len(answerable):.3f}: the same search)"]
+
+            argo = [str(q["question"]) for q in questions if str(q.get("file", "")).startswith("docs-argocd")]
+            etcd = [str(q["question"]) for q in questions if str(q.get("file", "")).startswith("docs-etcd")]
+            rows: list[tuple[str, str, list[str]]] = [
+                ("Argo CD questions -> etcd docs", "etcd", argo),
+                ("etcd questions -> Argo CD docs", "argocd", etcd),
+                ("docs questions -> SciFact abstracts", "scifact", [str(q["question"]) for q in questions]),
+                (f"SciFact claims ({len(claims)}) -> docs", "docs", claims),
+            ]
+            out += ["", "2. An irrelevant corpus (turns about one corpus, a tenant holding only another)",
+                    f"{'turns':<38} {'n':>5} {'passages':>9} {'any':>8} {'tokens':>9} {'/injecting':>10}  "
+                    f"bound {IRRELEVANT_BOUND:.0%}"]
+            over: list[Any] = []
+            irrelevant: dict[str, list[list[RetrievedPassage]]] = {}
+            for name, tenant, texts in rows:
+                got = [await turn_passages(svc, tenant, t) for t in texts]
+                irrelevant[name] = got
+                row = injection_row(name, got)
+                out.append(row)
+                if row.endswith("over"):
+                    over.append(name)
+            out += ["", "3. A stricter floor for pre-turn retrieval (each passage's relevance >= the floor; "
+                        "measured on these dev sets, not fitted)",
+                    f"{'floor':>6} {'recall@3':>9} {'noise':>6} " + " ".join(f"{n.split(' ->')[0][:18]:>18}"
+                                                                           for n in irrelevant)]
+            for floor in FLOORS:
+                def kept(g: list[RetrievedPassage], floor: float = floor) -> list[RetrievedPassage]:
+                    return [p for p in g if (p.relevance or 0.0) >= floor]
+                r = sum(any(answers(q, p.text) for p in kept(g)) for q, g in answerable) / len(answerable)
+                n = sum(bool(kept(g)) for g in unanswerable)
+                shares = [sum(bool(kept(g)) for g in got) / len(got) for got in irrelevant.values()]
+                out.append(f"{floor:>6.3f} {r:>9.3f} {f'{n}/{len(unanswerable)}':>6} "
+                           + " ".join(f"{x:>18.1%}" for x in shares))
+            out += ["", "decision: pre-turn retrieval stays off by default — it cannot raise the gate above the "
+                        "tool path's (the same search)" + (f"; and irrelevant turns exceed the bound: {over}"
+                                                           if over else "; irrelevant turns stay under the bound")]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--scifact-queries", type=int, default=300)
+    print_run(run, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
