@@ -35,7 +35,6 @@ from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from knowledge.core.render import render_knowledge_block
 from knowledge.errors import ArtifactNotFound, ToolRefused, ToolRegistryError
 from knowledge.models import (
     ArtifactOrigin,
@@ -265,10 +264,8 @@ async def _search(service: KnowledgeService, context: ToolContext, args: SearchA
     )
     found = await service.tool_search(query, trace_id=context.trace_id, session_id=context.session_id,
                                       turn_id=context.turn_id)
-    content = found.block if found.block is not None else render_knowledge_block(
-        [], found.rendered_at, service.searcher.policy.name)
     return ToolResult(
-        tool="knowledge.search", content=content,
+        tool="knowledge.search", content=found.content,
         data={"passages": [json.loads(p.model_dump_json()) for p in found.passages],
               "trace_id": str(found.trace_id), "call_no": found.call_no},
     )

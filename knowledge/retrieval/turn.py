@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
 from knowledge.core.budget import IN_TURN_RECALL, KNOWLEDGE, BudgetClass
+from knowledge.core.render import render_knowledge_block
 from knowledge.core.trace import RecallTrace, TraceBudget, TracedToolCall
 from knowledge.core.turn import TurnRequest, TurnResult, assemble, class_allowance, form_query, render_traced
 from knowledge.errors import ToolRefused
@@ -82,14 +83,14 @@ async def run_turn(
 @dataclass(frozen=True)
 class ToolSearch:
     """A ``knowledge.search`` tool call, traced: the trace and call number it was recorded under, the
-    passages it returned, and the block rendered from them (None: nothing found), whose hash the
-    trace holds."""
+    passages it returned, the block rendered from them (None: nothing found), whose hash the trace
+    holds, and what the tool hands the agent (that block, or an empty ``<knowledge>`` envelope)."""
 
     trace_id: UUID
     call_no: int
     passages: tuple[RetrievedPassage, ...]
     block: str | None
-    rendered_at: datetime
+    content: str
     created_at: datetime
 
 
@@ -129,15 +130,16 @@ async def run_tool_search(
                 turn_id=turn_id, surface=TOOL_SURFACE, recall_ceiling=query.sensitivity_ceiling,
                 query_text=query.text, query_as_of=query.as_of, rendered_at=rendered_at, policy=policy,
                 beliefs=[], passages=[], budget=TraceBudget(region_tokens=0, classes={})), turn=False)
-        slot = await lock_trace_for_call(tx, query.tenant_id, trace_id)
-        if slot is None:  # deleted by retention between the check and the lock
+        call_no = await lock_trace_for_call(tx, query.tenant_id, trace_id)
+        if call_no is None:  # deleted by retention between the check and the lock
             raise ToolRefused("unknown_trace", f"no trace {trace_id} of this principal to add the search to")
         await lock_documents_shared(tx, query.tenant_id, [p.document_id for p in found])
         facts = await passage_facts(tx, query.tenant_id, [p.chunk_id for p in found])
         kept = [p for p in found if p.chunk_id in facts]
         block, sha, traced = render_traced(kept, facts, rendered_at=rendered_at, policy=policy)
         created_at = await write_tool_call(tx, query.tenant_id, trace_id, TracedToolCall(
-            call_no=slot.call_no, tool=tool, query_text=query.text, query_as_of=query.as_of, rendered_at=rendered_at,
+            call_no=call_no, tool=tool, query_text=query.text, query_as_of=query.as_of, rendered_at=rendered_at,
             block_sha256=sha, passages=traced))
-    return ToolSearch(trace_id=trace_id, call_no=slot.call_no, passages=tuple(kept), block=block,
-                      rendered_at=rendered_at, created_at=created_at)
+    content = block if block is not None else render_knowledge_block([], as_of=rendered_at, policy=policy)
+    return ToolSearch(trace_id=trace_id, call_no=call_no, passages=tuple(kept), block=block, content=content,
+                      created_at=created_at)

@@ -53,10 +53,9 @@ SELECT $1, $2, $4, (e.n - 1)::int, p->>'chunk_id', (p->>'document_id')::uuid, (p
 FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS e(p, n)
 """
 # The next tool call of a trace, numbered under the trace row's lock (concurrent calls of one turn
-# queue here); None: no such trace of this principal.
+# queue here); no row: no such trace.
 _LOCK_TRACE = """
-SELECT principal_id, recall_ceiling,
-       (SELECT coalesce(max(call_no), 0) + 1 FROM knowledge_trace_tool_calls c
+SELECT (SELECT coalesce(max(call_no), 0) + 1 FROM knowledge_trace_tool_calls c
         WHERE c.tenant_id = t.tenant_id AND c.trace_id = t.trace_id) AS call_no
 FROM knowledge_traces t WHERE tenant_id = $1 AND trace_id = $2 FOR UPDATE
 """
@@ -114,10 +113,7 @@ async def write_trace(tx: Connection, trace: RecallTrace, *, turn: bool = True) 
         trace.surface, trace.recall_ceiling.value, trace.query_text, trace.query_as_of, trace.rendered_at,
         trace.policy, trace.block_sha256, json.dumps([b.model_dump(mode="json") for b in trace.beliefs]),
         trace.budget.model_dump_json())
-    if trace.passages:
-        await tx.execute(_INSERT_PASSAGES, trace.tenant_id, trace.trace_id,
-                         json.dumps([_passage_json(p) for p in trace.passages]), 0)
-        await tx.execute(_FORGET_DELETED, trace.tenant_id, trace.trace_id)
+    await _write_passages(tx, trace.tenant_id, trace.trace_id, 0, trace.passages)
     if not turn:
         return created_at
     none = ClassRecord(offered=0, admitted=0, rendered=0, tokens=0, yielded_items=0, yielded_tokens=0)
@@ -128,13 +124,13 @@ async def write_trace(tx: Connection, trace: RecallTrace, *, turn: bool = True) 
     return created_at
 
 
-@dataclass(frozen=True)
-class TraceSlot:
-    """A trace locked to take the next tool call: whose it is, its recall ceiling, the call's number."""
-
-    principal_id: str
-    recall_ceiling: Sensitivity
-    call_no: int
+async def _write_passages(tx: Connection, tenant_id: str, trace_id: UUID, call_no: int,
+                          passages: Sequence[TracedPassage]) -> None:
+    """One block's passages (call 0: the turn's own), forgetting the titles of those deleted already."""
+    if passages:
+        await tx.execute(_INSERT_PASSAGES, tenant_id, trace_id, json.dumps([_passage_json(p) for p in passages]),
+                         call_no)
+        await tx.execute(_FORGET_DELETED, tenant_id, trace_id)
 
 
 async def trace_owner(db: Database, tenant_id: str, trace_id: UUID) -> tuple[str, Sensitivity] | None:
@@ -144,13 +140,11 @@ async def trace_owner(db: Database, tenant_id: str, trace_id: UUID) -> tuple[str
     return None if row is None else (row["principal_id"], Sensitivity(row["recall_ceiling"]))
 
 
-async def lock_trace_for_call(tx: Connection, tenant_id: str, trace_id: UUID) -> TraceSlot | None:
-    """Lock the trace row (to the end of ``tx``) and number its next tool call; None if absent.
-    Cancellation: the caller's transaction rolls back."""
-    row = await tx.fetchrow(_LOCK_TRACE, tenant_id, trace_id)
-    if row is None:
-        return None
-    return TraceSlot(row["principal_id"], Sensitivity(row["recall_ceiling"]), int(row["call_no"]))
+async def lock_trace_for_call(tx: Connection, tenant_id: str, trace_id: UUID) -> int | None:
+    """Lock the trace row (to the end of ``tx``) and return its next tool call's number; None if
+    absent. Cancellation: the caller's transaction rolls back."""
+    call_no: int | None = await tx.fetchval(_LOCK_TRACE, tenant_id, trace_id)
+    return call_no
 
 
 async def write_tool_call(tx: Connection, tenant_id: str, trace_id: UUID, call: TracedToolCall) -> datetime:
@@ -160,10 +154,7 @@ async def write_tool_call(tx: Connection, tenant_id: str, trace_id: UUID, call: 
     created_at: datetime = await tx.fetchval(
         _INSERT_TOOL_CALL, tenant_id, trace_id, call.call_no, call.tool, call.query_text, call.query_as_of,
         call.rendered_at, call.block_sha256)
-    if call.passages:
-        await tx.execute(_INSERT_PASSAGES, tenant_id, trace_id, json.dumps([_passage_json(p) for p in call.passages]),
-                         call.call_no)
-        await tx.execute(_FORGET_DELETED, tenant_id, trace_id)
+    await _write_passages(tx, tenant_id, trace_id, call.call_no, call.passages)
     await tx.execute(_TOOL_PRESSURE, tenant_id, len(call.passages))
     return created_at
 
