@@ -147,13 +147,30 @@ async def test_an_interruption_as_the_service_finishes_opening_closes_it_and_pro
     start keeps the service's task in the start, which waits for it, while the task waits, shielded,
     for the block that never begins to end (the trio host's rare hang on an early Ctrl-C)."""
     assert settings.dsn is not None
-    closings: list[anyio.Event] = []
+
+    class Watched:
+        """The service's ``closing`` event, telling whether the service's task waits on it."""
+
+        def __init__(self, event: anyio.Event) -> None:
+            self.event, self.waiting = event, False
+
+        def is_set(self) -> bool:
+            return self.event.is_set()
+
+        def set(self) -> None:
+            self.event.set()
+
+        async def wait(self) -> None:
+            self.waiting = True
+            await self.event.wait()
+
+    closings: list[Watched] = []
 
     class InterruptedAsItOpens(KnowledgeService):
         @classmethod
         async def _serve(cls, settings: Settings, closing: anyio.Event, *rest: Any, **named: Any) -> None:
-            closings.append(closing)
-            await super()._serve(settings, closing, *rest, **named)
+            closings.append(Watched(closing))
+            await super()._serve(settings, closings[-1], *rest, **named)  # type: ignore[arg-type]
 
         @classmethod
         @contextlib.asynccontextmanager
@@ -164,14 +181,19 @@ async def test_an_interruption_as_the_service_finishes_opening_closes_it_and_pro
 
     hung, entered = [], []
 
-    async def hang_detector() -> None:
-        await anyio.sleep(60)
-        hung.append(True)
-        for closing in closings:  # (the only way out of the deadlock)
-            closing.set()
+    async def deadlock_detector() -> None:
+        """Progress, not a clock: every task blocked while the service's task waits for a ``closing``
+        nobody has set is the deadlock; setting it is the only way out."""
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            if closings and closings[0].waiting and not closings[0].is_set():
+                hung.append(True)
+                closings[0].set()
+                return
+            await anyio.sleep(0.01)  # (the other tasks run on; look again)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(hang_detector)
+        tg.start_soon(deadlock_detector)
         with anyio.CancelScope() as outer:
             async with InterruptedAsItOpens.open(settings):
                 entered.append(True)
