@@ -22,6 +22,7 @@ Pure: `find_citations` and `judge`. Storing them is `knowledge.store.answers`.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -69,16 +70,25 @@ def _claim(text: str) -> str:
 
 
 def find_citations(answer: str) -> list[FoundCitation]:
-    """Every citation in ``answer``, in order, each with its claim (see the module docstring)."""
+    """Every citation in ``answer``, in order, each with its claim (see the module docstring).
+    Linear in the answer: each sentence and each stretch between citations is read once."""
     spans = _sentences(answer)
+    starts = [a for a, _ in spans]
     claims = [_claim(answer[a:b]) for a, b in spans]
+    before: list[str] = []  # the nearest sentence with words before each one
+    last = ""
+    for claim in claims:
+        before.append(last)
+        last = claim or last
     found = []
+    sentence, cursor, worded = -1, 0, False
     for m in _CITED.finditer(answer):
-        index = next(i for i, (a, b) in enumerate(spans) if a <= m.start() < b)
-        claim = claims[index]
-        if not _claim(answer[spans[index][0]:m.start()]):  # alone, or first in its sentence
-            earlier = next((claims[i] for i in range(index - 1, -1, -1) if claims[i]), "")
-            claim = earlier or claim
+        index = bisect.bisect_right(starts, m.start()) - 1
+        if index != sentence:
+            sentence, cursor, worded = index, spans[index][0], False
+        worded = worded or bool(_claim(answer[cursor:m.start()]))  # words before it in its sentence
+        cursor = m.end()
+        claim = claims[index] if worded else (before[index] or claims[index])  # alone, or first: the one before
         found.append(FoundCitation(chunk_id=m.group(), start=m.start(), end=m.end(), claim=claim,
                                    well_formed=CHUNK_ID.match(m.group()) is not None))
     return found
