@@ -240,11 +240,10 @@ def rerender(trace: RecallTrace, texts: Mapping[str, str], call_no: int = 0) -> 
     Raises ``ValueError`` if that block rendered nothing, lost a title or heading path (a deleted
     chunk, or the second retention tier), or a text is missing or is not the one traced.
     """
-    found = [(at, traced) for n, at, _, traced in trace.blocks() if n == call_no]
-    if not found or not found[0][1]:
+    rendered_at, traced = next(((at, ps) for n, at, _, ps in trace.blocks() if n == call_no), (None, []))
+    if rendered_at is None or not traced:
         raise ValueError("the trace rendered no passages" if call_no == 0 else
                          f"tool call {call_no} of the trace returned no passages")
-    rendered_at, traced = found[0]
     passages: list[RetrievedPassage] = []
     for p in traced:
         if p.title is None or p.heading_path is None:
@@ -424,7 +423,7 @@ def build_view(
     return RecallTraceView(
         trace_id=trace.trace_id, rendered_at=trace.rendered_at, surface=trace.surface,
         recall_ceiling=trace.recall_ceiling, viewing_ceiling=viewing_ceiling, effective_ceiling=ceiling,
-        query_text=trace.query_text, block_sha256=trace.block_sha256, reduced=trace.reduced_at is not None,
+        query_text=trace.query_text, block_sha256=trace.block_sha256, reduced=reduced,
         beliefs=[ViewedBelief(rank=i, belief_id=b.belief_id, text=b.text) for i, b in enumerate(beliefs, start=1)],
         passages=passages, withheld_beliefs=len(trace.beliefs) - len(beliefs), withheld_passages=withheld_passages,
         budget=trace.budget, tool_calls=calls, answers=_viewed_answers(trace, ceiling, hidden),
