@@ -34,7 +34,6 @@ import argparse
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from build_docs_train import build, hide_headings
 from retrieval_data import (
@@ -159,7 +158,7 @@ async def run(args: argparse.Namespace) -> list[str]:
             out += ["", "2. An irrelevant corpus (turns about one corpus, a tenant holding only another)",
                     f"{'turns':<38} {'n':>5} {'passages':>9} {'any':>8} {'tokens':>9} {'/injecting':>10}  "
                     f"bound {IRRELEVANT_BOUND:.0%}"]
-            over: list[Any] = []
+            over: list[str] = []
             irrelevant: dict[str, list[list[RetrievedPassage]]] = {}
             for name, tenant, texts in rows:
                 got = [await turn_passages(svc, tenant, t) for t in texts]
