@@ -16,7 +16,9 @@ async def decode_utf8(source: AsyncIterator[bytes], limit: int = MAX_TEXT_BYTES)
     """Decode a byte stream as strict UTF-8; a leading byte-order mark is an encoding artifact and
     is dropped. Refuses invalid UTF-8 and NUL characters (``undecodable``: PostgreSQL text cannot
     hold NUL, and a NUL in a text file means it is not one), and empty text (``no_text``)."""
-    decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
+    # Plain UTF-8, the mark dropped after: Python's "utf-8-sig" decoder ends a source that is only
+    # the start of a mark (b"\xef", b"\xef\xbb") as empty text instead of refusing it.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
     parts: list[str] = []
     size = 0
     try:
@@ -28,7 +30,7 @@ async def decode_utf8(source: AsyncIterator[bytes], limit: int = MAX_TEXT_BYTES)
         parts.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError as exc:
         raise ExtractionRefused("undecodable", f"not valid UTF-8 at byte {exc.start}") from None
-    text = "".join(parts)
+    text = "".join(parts).removeprefix("\ufeff")
     if "\x00" in text:
         raise ExtractionRefused("undecodable", "contains NUL characters")
     if not text.strip():
