@@ -169,3 +169,16 @@ class DeletedChunk(BaseModel):
     chunk_id: str
     document_id: UUID
     deleted_at: datetime
+
+
+class Extracted(str):
+    """An extractor's text with what the source states about itself beside the text: the date it
+    speaks from (a PDF's modification or creation date). A plain ``str`` from an extractor states
+    nothing; `knowledge.core.prepare` reads ``stated_date`` where it is there."""
+
+    stated_date: date | None
+
+    def __new__(cls, text: str, stated_date: date | None = None) -> Extracted:
+        self = super().__new__(cls, text)
+        self.stated_date = stated_date
+        return self

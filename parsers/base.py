@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Protocol, runtime_checkable
 
 from knowledge.errors import ExtractionRefused
+from knowledge.models import Extracted  # noqa: F401  (the port's return type, re-exported)
 from knowledge.vocabulary import Structure
 
 
@@ -28,8 +29,9 @@ class Extractor(Protocol):
     def media_types(self) -> set[str]: ...
 
     async def extract(self, source: AsyncIterator[bytes], media_type: str) -> str:
-        """The source's text. Raises `ExtractionRefused`. Cancellation: propagates; an
-        adapter that runs a child process kills and reaps it first."""
+        """The source's text (an `Extracted` where the source states its date). Raises
+        `ExtractionRefused`. Cancellation: propagates; an adapter that runs a child process kills
+        and reaps it first."""
         ...
 
 

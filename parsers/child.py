@@ -106,14 +106,16 @@ def parse_header(line: bytes) -> dict[str, Any] | str:
 def run(header: dict[str, Any], data: bytes) -> dict[str, object]:
     """One job, its outcome as the result object. Refusals and failures are results, not exceptions."""
     sys.setrecursionlimit(RECURSION_LIMIT)
-    from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes
+    from knowledge.parsers.pdf_extract import PdfRefused, extract_pdf_text, inspect_pdf_bytes, stated_date
 
     try:
         if header["op"] == "inspect":
             return {"ok": True, "inspection": inspect_pdf_bytes(data).as_marker()}
         pages = header.get("pages")
         text = extract_pdf_text(data, (pages[0], pages[1]) if pages else None, progress)
-        return {"ok": True, "text": text, "pages": text.count("\f")}
+        stated = stated_date(data) if not pages or pages[0] == 0 else None  # once per document
+        return {"ok": True, "text": text, "pages": text.count("\f"),
+                "date": stated.isoformat() if stated is not None else None}
     except PdfRefused as refused:
         return _refusal(refused.reason, refused.message)
     except RecursionError:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import anyio
 
 from knowledge.errors import ExtractionRefused
+from knowledge.models import Extracted
 from knowledge.supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, SLOTS_PER_LOOP, ParserPool
 from knowledge.vocabulary import Structure
 
@@ -81,7 +82,7 @@ class PdfExtractor:
         if count < SPLIT_PAGES:
             return await self.pool.extract(data, self.deadline)
         middle = count // 2
-        parts: dict[int, str] = {}
+        parts: dict[int, Extracted] = {}
 
         async def part(first: int, end: int) -> None:
             parts[first] = await self.pool.extract(data, range_deadline(self.deadline, end - first), (first, end))
@@ -92,4 +93,4 @@ class PdfExtractor:
         text = parts[0] + parts[middle]
         if not text.strip():
             raise ExtractionRefused("no_text", "the PDF has no text layer")
-        return text
+        return Extracted(text, parts[0].stated_date)

@@ -66,6 +66,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -165,6 +166,42 @@ def _open(data: bytes) -> pikepdf.Pdf:
         pdf.close()
         raise PdfRefused("pdf_encrypted", "the PDF is encrypted")
     return pdf
+
+
+_PDF_DATE = re.compile(r"^\s*(?:D:)?(\d{4})(?:-?(\d{2}))?(?:-?(\d{2}))?(\d?)")
+
+
+def pdf_date(value: object) -> date | None:
+    """The calendar date of a PDF date string (``D:YYYYMMDDHHmmSS+HH'mm'``, any tail: producers
+    write it loosely; an ISO ``2024-03-05`` too), as written — its time and zone dropped; None if it
+    is no date."""
+    m = _PDF_DATE.match(str(value)) if value is not None else None
+    if m is None or (m.group(4) and m.group(3) is None):  # "D:20241": digits that make no date
+        return None
+    try:
+        return date(int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 1))
+    except ValueError:
+        return None
+
+
+def stated_date(data: bytes) -> date | None:
+    """The date the PDF states of itself, from its document information: when it was last modified
+    (``/ModDate``), else when it was created (``/CreationDate``) — as a Markdown page's ``lastmod``
+    wins over its ``date`` (`knowledge.core.dates`). None when it states none, or cannot be read
+    (extraction decides what an unreadable file is)."""
+    try:
+        pdf = _open(data)
+    except PdfRefused:
+        return None
+    try:
+        info = pdf.docinfo
+        return pdf_date(info.get("/ModDate")) or pdf_date(info.get("/CreationDate"))
+    except MemoryError:
+        raise
+    except Exception:  # a damaged /Info: no stated date, the text is extracted as ever
+        return None
+    finally:
+        pdf.close()
 
 
 def _tell(progress: Progress, event: str) -> None:

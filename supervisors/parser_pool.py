@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import anyio
@@ -54,6 +55,7 @@ from anyio.abc import Process
 from anyio.lowlevel import RunVar
 
 from knowledge.errors import ExtractionRefused, ParserFailure
+from knowledge.models import Extracted
 
 #: Who an extraction is for — the tenant, set by the ingestor around each extraction: the PDF parser
 #: pool serves the jobs waiting for its slots in turn by owner (`knowledge.supervisors.parser_pool.LoopSlots`).
@@ -245,15 +247,16 @@ class ParserPool:
         return inspection
 
     async def extract(self, data: bytes, deadline: float = EXTRACT_SECONDS,
-                      pages: tuple[int, int] | None = None) -> str:
+                      pages: tuple[int, int] | None = None) -> Extracted:
         """The PDF's text (or that of the 0-based, end-exclusive page range ``pages``), with Markdown
-        headings from its outline or font sizes. Raises `ExtractionRefused` (``no_text`` among them)
+        headings from its outline or font sizes, and the date the PDF states of itself (`Extracted`;
+        read with the first range). Raises `ExtractionRefused` (``no_text`` among them)
         or `ParserFailure`.
 
         Cancellation: the child is killed and reaped before the cancellation propagates."""
         result = await self.run("extract", data, deadline, pages)
-        text: str = result["text"]
-        return text
+        stated = result.get("date")
+        return Extracted(result["text"], date.fromisoformat(stated) if isinstance(stated, str) else None)
 
     async def run(self, op: str, data: bytes, deadline: float, pages: tuple[int, int] | None = None
                   ) -> dict[str, Any]:

@@ -102,7 +102,9 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
         )
     chunks = [PreparedChunk(d, content_sha256(d.text), is_instruction_like(d.text)) for d in drafts]
     version = f"{chunker.version}+{source_version}" if source_version else chunker.version
-    stated = front_matter_date(text) if structure == "markdown" else None
+    # The date the source states: a Markdown file's front matter, else what its extractor read
+    # (a PDF's /Info dates: `knowledge.parsers.base.Extracted`).
+    stated = (front_matter_date(text) if structure == "markdown" else None) or getattr(raw_text, "stated_date", None)
     return PreparedDocument(text, chunks, version, stated)
 
 

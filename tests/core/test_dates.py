@@ -85,3 +85,50 @@ async def test_an_ingested_document_gets_the_date_its_source_states(service: Kno
     stored = await service.db.fetch("SELECT title, doc_date FROM knowledge_documents WHERE tenant_id = $1", tenant)
     assert {r["title"]: r["doc_date"] for r in stored} == {
         "Guide": date(2024, 3, 5), "Guide 2": date(2020, 1, 1), "Guide 3": date(2024, 3, 5)}
+
+
+@given(when=st.dates(min_value=date(1000, 1, 1)),
+       tail=st.sampled_from(["", "101500", "101500+01'00'", "101500+02'00", "214006Z00'00'", "Z", "-07'00'"]))
+def test_a_pdf_date_string_gives_its_calendar_date_however_loosely_written(when: date, tail: str) -> None:
+    from knowledge.parsers.pdf_extract import pdf_date
+
+    assert pdf_date(f"D:{when:%Y%m%d}{tail}") == when
+    assert pdf_date(f"{when:%Y%m%d}{tail}") == when  # without the D: prefix
+    assert pdf_date(f"D:{when:%Y}") == date(when.year, 1, 1)
+    assert pdf_date(f"D:{when.isoformat()}") == when  # some producers write ISO
+
+
+@pytest.mark.parametrize("value", [None, "", "D:", "yesterday", "D:20241340", "D:20241", "D:99"])
+def test_what_is_not_a_pdf_date_is_no_date(value: str | None) -> None:
+    from knowledge.parsers.pdf_extract import pdf_date
+
+    assert pdf_date(value) is None
+
+
+@pytest.mark.anyio
+async def test_an_ingested_pdf_gets_the_date_its_document_information_states(
+        service: KnowledgeService, tenant: str) -> None:
+    import io
+
+    import pikepdf
+
+    from tests.parsers.test_pdf_extract import PROSE, body, make_pdf
+
+    writer = Principal(tenant_id=tenant, principal_id="alice", scopes=frozenset({"knowledge.write"}))
+
+    def dated_pdf(**info: str) -> bytes:
+        with pikepdf.open(io.BytesIO(make_pdf([body(700, PROSE)]))) as pdf:
+            for key, value in info.items():
+                pdf.docinfo[f"/{key}"] = value
+            out = io.BytesIO()
+            pdf.save(out)
+            return out.getvalue()
+
+    async def ingest(data: bytes, title: str) -> date | None:
+        ref = await put(service, tenant, data, media_type="application/pdf", file_name=f"{title}.pdf")
+        return (await service.ingest(ref, title, "tenant", writer, origin_trust=TrustLevel.USER)).doc_date
+
+    assert await ingest(dated_pdf(CreationDate="D:20210601093000Z", ModDate="D:20240305101500+01'00'"),
+                        "edited") == date(2024, 3, 5)  # the last modification wins
+    assert await ingest(dated_pdf(CreationDate="D:20210601093000-07'00'"), "created") == date(2021, 6, 1)
+    assert await ingest(dated_pdf(ModDate="garbage"), "undated") is None  # no date: recency stays neutral
