@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     # a turn and its trace
     "TurnRequest": "knowledge.core.turn",
     "TurnResult": "knowledge.core.turn",
+    "ActiveEntity": "knowledge.core.turn",
     "Belief": "knowledge.core.memory_boundary",
     "RecallTrace": "knowledge.core.trace",
     "RecallTraceView": "knowledge.core.trace",
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
     from knowledge.core.memory_boundary import Belief
     from knowledge.core.prepare import IngestRequest
     from knowledge.core.trace import RecallTrace, RecallTraceView
-    from knowledge.core.turn import TurnRequest, TurnResult
+    from knowledge.core.turn import ActiveEntity, TurnRequest, TurnResult
     from knowledge.errors import (
         ArtifactError,
         ArtifactNotFound,

@@ -20,6 +20,16 @@ from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.vocabulary import Sensitivity
 
 
+class ActiveEntity(BaseModel):
+    """An entity the session is about, as the host's memory tracks it: its name and the other names
+    it goes by (aliases)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256)
+    aliases: tuple[str, ...] = Field(default=(), max_length=32)
+
+
 class TurnRequest(BaseModel):
     """What a host hands a turn.
 
@@ -29,7 +39,9 @@ class TurnRequest(BaseModel):
     the host's memory read path. ``retrieve``: whether knowledge is retrieved before the turn
     (pre-turn retrieval; None: the service's `Settings.preturn_retrieval`, off by default), with
     the query `form_query` builds from the message and the session's ``objective``, if the host
-    gives one; only passages at or above the relevance floor are rendered.
+    gives one and the session's active ``entities`` (the host memory's query former's: the spec
+    shares it — "the same objective, the same active entities, the same aliasing"); only passages
+    at or above the relevance floor are rendered.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -42,20 +54,45 @@ class TurnRequest(BaseModel):
     turn_id: str | None = Field(default=None, max_length=256)
     retrieve: bool | None = None
     objective: str | None = Field(default=None, max_length=2000)
+    entities: tuple[ActiveEntity, ...] = Field(default=(), max_length=64)
 
 
 _WORD = re.compile(r"\w+")
 
 
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def _names(text: str, words: set[str]) -> bool:
+    """``text`` (a name, an alias) is said in ``words``: all of its words are."""
+    mine = _words(text)
+    return bool(mine) and mine <= words
+
+
 def form_query(request: TurnRequest) -> KnowledgeQuery:
-    """The pre-turn query: the user's message (``request.query.text``), then the session's objective
-    where the host gives one and it adds words the message lacks — what the turn is about when the
-    message alone is terse ("and the next step?")."""
+    """The pre-turn query: the user's message (``request.query.text``), then what the session adds
+    to it — what the turn is about when the message alone is terse ("and the next step?"):
+
+    1. the words of the session's objective the message lacks, where the host gives one;
+    2. the session's active entities, by name: an entity the message names by an alias only ("the
+       prod db") brings its name ("orders-postgres"); when the message names none of them, by name
+       or alias, they all come — the session's focus, left implicit. An entity the message names is
+       there already; while it names one, the others stay out (the message chose its subject).
+    """
     query = request.query
-    if not request.objective or not request.objective.strip():
-        return query
-    said = {w.lower() for w in _WORD.findall(query.text)}
-    extra = [w for w in request.objective.split() if {x.lower() for x in _WORD.findall(w)} - said]
+    message = _words(query.text)
+    said = set(message)
+    extra: list[str] = []
+    for word in (request.objective or "").split():
+        if _words(word) - said:
+            extra.append(word)
+            said |= _words(word)
+    named = [e for e in request.entities if any(_names(n, message) for n in (e.name, *e.aliases))]
+    for entity in named or request.entities:
+        if not _names(entity.name, said):
+            extra.append(entity.name)
+            said |= _words(entity.name)
     if not extra:
         return query
     return query.model_copy(update={"text": f"{query.text} {' '.join(extra)}"[:10_000]})

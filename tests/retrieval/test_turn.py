@@ -3,11 +3,14 @@ are `tests/gates/test_trace_completeness.py` and `tests/gates/test_budget_yield.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from knowledge.config import Settings
 from knowledge.core.memory_boundary import Belief
@@ -193,3 +196,37 @@ def test_the_pre_turn_query_is_the_message_then_what_the_objective_adds() -> Non
     assert form_query(ask).text == "and then what? Restore the etcd cluster from a snapshot,"
     assert form_query(ask.model_copy(update={"objective": None})).text == "and then what?"
     assert form_query(ask.model_copy(update={"objective": "And THEN"})).text == "and then what?"
+
+
+def test_the_pre_turn_query_brings_the_sessions_entities_by_name() -> None:
+    from knowledge.core.turn import ActiveEntity, form_query
+
+    db = ActiveEntity(name="orders-postgres", aliases=("the prod db", "orders db"))
+    argo = ActiveEntity(name="argocd-server")
+
+    def asked(text: str, *entities: ActiveEntity) -> str:
+        return form_query(TurnRequest(query=KnowledgeQuery(tenant_id="t", principal_id="p", text=text),
+                                      region_tokens=100, entities=entities)).text
+
+    assert asked("how big is the prod db now?", db, argo) == "how big is the prod db now? orders-postgres"
+    assert asked("and the next step?", db, argo) == "and the next step? orders-postgres argocd-server"
+    assert asked("restart argocd-server", db, argo) == "restart argocd-server"  # it chose its subject
+    assert asked("is orders-postgres up?", db) == "is orders-postgres up?"
+
+
+@given(message=st.text(min_size=1, max_size=60),
+       names=st.lists(st.from_regex(r"[a-z]{3,8}(-[a-z]{3,8})?", fullmatch=True), max_size=4, unique=True))
+def test_the_pre_turn_query_starts_with_the_message_and_names_every_entity_it_brings(
+        message: str, names: list[str]) -> None:
+    from knowledge.core.turn import ActiveEntity, form_query
+
+    entities = tuple(ActiveEntity(name=n, aliases=(f"alias{i}",)) for i, n in enumerate(names))
+    text = form_query(TurnRequest(query=KnowledgeQuery(tenant_id="t", principal_id="p", text=message),
+                                  region_tokens=100, entities=entities)).text
+    assert text.startswith(message)
+    words = {w.lower() for w in re.findall(r"\w+", text)}
+    mentioned = [e for e in entities
+                 if any({w.lower() for w in re.findall(r"\w+", n)} <= {w.lower() for w in re.findall(r"\w+", message)}
+                        for n in (e.name, *e.aliases))]
+    for entity in mentioned or entities:  # each one named, by alias or not at all, is in the query by name
+        assert {w.lower() for w in re.findall(r"\w+", entity.name)} <= words
