@@ -64,13 +64,14 @@ from knowledge.models import (
 from knowledge.parsers.base import ExtractorRegistry
 from knowledge.parsers.pdf import PdfExtractor
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.retrieval.answers import record_answer
 from knowledge.retrieval.search import Arm, LexicalArm, Searcher
 from knowledge.retrieval.turn import ToolSearch, run_tool_search, run_turn
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM, model_version
 from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
 from knowledge.store import catalog
-from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stats, record_answer
+from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stats
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
 from knowledge.store.deletion import ConversationDeleted, delete_conversation, delete_document
@@ -534,20 +535,24 @@ class KnowledgeService:
         cites are found (any wrapping: ``[kc_…]``, ``(kc_…)``, bare …; see `knowledge.core.citations`),
         each tied to the claim it stands beside and judged against every passage the turn showed
         the agent — its block and its ``knowledge.search`` results; an id it never showed is
-        *hallucinated* and never resolved — and stored with the trace (the answer's hash, not its
-        text) and in the citation counters (`citation_stats`), in one transaction. A turn may
-        record several answers. Raises `TraceNotFound` (``unknown_trace``). Runs as a task of the
-        service; cancelling the caller records nothing."""
+        *hallucinated* and never resolved; each claim is checked against the passage it cites
+        (`knowledge.core.support`: supported or not), and the passages the answer drew on are found
+        (a sentence they support, cited or not) — and stored with the trace (the answer's hash, not
+        its text) and in the citation counters (`citation_stats`: accuracy and rate), in one
+        transaction. A turn may record several answers. Raises `TraceNotFound` (``unknown_trace``).
+        Runs as a task of the service; cancelling the caller records nothing."""
         recorded: RecordedAnswer | None = await call_in_group(
             self._task_group, typed_faults, "record_answer",
-            functools.partial(record_answer, self.db, tenant_id, trace_id, answer))
+            functools.partial(record_answer, self.db, self.embedder, tenant_id, trace_id, answer))
         if recorded is None:
             raise TraceNotFound(message=f"no trace {trace_id} in tenant {tenant_id}")
         return recorded
 
     async def citation_stats(self, tenant_id: str | None = None, since: date | None = None) -> CitationStats:
         """The tracked citation metrics from the recorded answers (per tenant, or all, from a UTC
-        day): answers, answers citing, citations, hallucinated citations.
+        day): answers, answers citing, citations, hallucinated citations, citation accuracy
+        (supported / judged citations) and citation rate (answers citing every passage they drew on
+        / answers that drew on one).
         Cancellation: the read is cancelled; nothing to undo."""
         return await retry_transient("citation_stats", functools.partial(citation_stats, self.db, tenant_id, since))
 

@@ -10,8 +10,11 @@ Passages are the shipped chunker's chunks of every docs file. From each, up to t
   cut at a comma, and its case changed), ``paraphrase`` (rule-based rewording: synonyms, "you can"
   forms, articles dropped);
 - unsupported: ``near_miss`` (a sentence of another chunk of the same document — same topic, same
-  words, other facts), ``negation`` (a "not" added after the first auxiliary, or removed),
-  ``wrong_number`` (a number changed).
+  words, other facts; any that this passage also says, contained or with every content word in one
+  of its sentences, are left out), ``swapped`` (the sentence with its one or two most distinctive
+  words — fewest chunks of the corpus hold them — replaced by distinctive words of another chunk of
+  the same document: the passage's template, another fact), ``negation`` (a "not" added after the
+  first auxiliary, or removed), ``wrong_number`` (a number changed).
 
 Each row: ``{id, claim, passage, supported, kind, file, part}`` where ``part`` is ``fit`` or
 ``check``, by file (a hash of its path: 70% / 30%), so that the check part's documents are unseen
@@ -33,7 +36,7 @@ from typing import Any
 from retrieval_data import CORPUS, docs_files
 
 from knowledge.core.prepare import prepare
-from knowledge.core.support import features
+from knowledge.core.support import Passage, content, content_words, features
 from knowledge.errors import IngestRefused
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -109,27 +112,55 @@ def part_of(file: str) -> str:
     return "check" if int(hashlib.sha256(file.encode()).hexdigest()[:8], 16) % 10 < 3 else "fit"
 
 
+def swapped(s: str, passage: Passage, other_chunks: list[str], df: dict[str, int], rng: random.Random) -> str | None:
+    """``s`` with its one or two most distinctive content words (fewest chunks hold them) replaced by
+    distinctive words of the other chunks that ``passage`` does not hold."""
+    mine = sorted({w for w in content_words(s) if not w.isdigit() and len(w) > 2},
+                  key=lambda w: (df.get(content([w])[0], 0), w))
+    pool = sorted({w for t in other_chunks for w in content_words(t)
+                   if not w.isdigit() and len(w) > 2 and content([w])[0] not in passage.theirs
+                   and df.get(content([w])[0], 0) <= 20})
+    if not mine or not pool:
+        return None
+    out = s
+    for old in mine[: rng.choice((1, 2))]:
+        new = rng.choice(pool)
+        out = re.sub(rf"(?i)(?<![A-Za-z0-9]){re.escape(old)}(?![A-Za-z0-9])",
+                     lambda m, new=new: new.capitalize() if m.group()[0].isupper() else new, out)
+    return out if out != s else None
+
+
 def build(root: Path = CORPUS, seed: int = 31) -> Iterator[dict[str, Any]]:
     rng = random.Random(seed)
+    files: list[tuple[str, list[str]]] = []
     for path in docs_files(root):
         file = str(path.relative_to(root))
         try:
             prepared = prepare(path.read_text(encoding="utf-8"), file, "markdown")
         except IngestRefused:
             continue
-        chunks = [c.draft.text for c in prepared.chunks]
+        files.append((file, [c.draft.text for c in prepared.chunks]))
+    df: dict[str, int] = {}
+    for _, chunks in files:
+        for t in chunks:
+            for w in set(content(content_words(t))):
+                df[w] = df.get(w, 0) + 1
+    for file, chunks in files:
+        read = [Passage(t) for t in chunks]
         # Only sentences that are the passage's own words (lines dropped as lists or code can join two).
-        per_chunk = [[x for x in sentences(t) if features(x, t).contained] for t in chunks]
+        per_chunk = [[x for x in sentences(t) if features(x, r).contained] for t, r in zip(chunks, read, strict=True)]
         for i, (passage, mine) in enumerate(zip(chunks, per_chunk, strict=True)):
             others = [s for j, ss in enumerate(per_chunk) if j != i for s in ss]
+            other_chunks = [t for j, t in enumerate(chunks) if j != i]
             for s in rng.sample(mine, min(2, len(mine))):
                 made: list[tuple[str | None, bool, str]] = [
                     (s, True, "verbatim"), (trimmed(s), True, "trimmed"), (paraphrase(s, rng), True, "paraphrase"),
-                    (negated(s), False, "negation"), (wrong_number(s, rng), False, "wrong_number")]
+                    (negated(s), False, "negation"), (wrong_number(s, rng), False, "wrong_number"),
+                    (swapped(s, read[i], other_chunks, df, rng), False, "swapped")]
                 if others:
                     near = rng.choice(others)
-                    f = features(near, passage)
-                    if not f.contained and f.recall < 0.9:  # not also said by this passage
+                    f = features(near, read[i])
+                    if not f.contained and f.local < 1.0:  # not also said by this passage
                         made.append((near, False, "near_miss"))
                 for claim, supported, kind in made:
                     if claim is None or (claim == s and kind != "verbatim"):

@@ -104,8 +104,14 @@ class Embedder:
         return out
 
     async def embed_query(self, text: str) -> str:
-        reply = await self._call(self._queries, {"op": "queries", "texts": [text]}, 1)
-        return str(reply["vectors"][0])
+        return (await self.embed_queries([text]))[0]
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[str]:
+        """Vectors (pgvector literals) of short texts (queries, claims), in order, in one request."""
+        if not texts:
+            return []
+        reply = await self._call(self._queries, {"op": "queries", "texts": list(texts)}, len(texts))
+        return [str(v) for v in reply["vectors"]]
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -190,8 +196,9 @@ class Embedder:
         while True:
             group = await self._next()
             queries = group[0].payload["op"] == "queries"
-            if queries:  # one text each: one request, one forward pass
-                payload, items = {"op": "queries", "texts": [r.payload["texts"][0] for r in group]}, len(group)
+            if queries:  # every waiting query's texts: one request, one forward pass
+                payload = {"op": "queries", "texts": [t for r in group for t in r.payload["texts"]]}
+                items = len(payload["texts"])
             else:
                 payload, items = group[0].payload, group[0].items
             body = json.dumps(payload, separators=(",", ":")).encode()
@@ -205,12 +212,14 @@ class Embedder:
                         message=f"the embedder child failed during a request: {exc!r}")
                     request.done.set()
                 raise
-            for i, request in enumerate(group):
+            first = 0
+            for request in group:
                 if "error" in reply:
                     request.error = EmbedderUnavailable(
                         message=f"the embedder child refused a request: {reply['error']}")
                 elif queries:
-                    request.reply = {"vectors": [reply["vectors"][i]]}
+                    request.reply = {"vectors": reply["vectors"][first:first + request.items]}
+                    first += request.items
                 else:
                     request.reply = reply
                 request.done.set()

@@ -3,7 +3,7 @@
 Corpus size; ingestion outcomes by cause and the instruction-like rate (`KnowledgeService.ingest_stats`);
 budget pressure (`KnowledgeService.budget_pressure`, from the turn counters, with the agent's
 ``knowledge.search`` calls); the passages the agent was given (from the recall traces still
-retained); citations of the agent's recorded answers, hallucinated ones counted
+retained); citations of the agent's recorded answers — hallucinated ones, citation accuracy and rate
 (`KnowledgeService.citation_stats`); owner-sent attachments by state and reason, with the signs of a
 worker that is gone (`KnowledgeService.attachment_overview`). Budget pressure and passages given
 read "n/a" until a turn was traced, citations until an answer was recorded. The semantic arm's
@@ -112,7 +112,8 @@ def stats(
                                  "yielded_passage_share": pressure.yielded_passage_share} if traced else None),
             "passages_given": given if given is not None and given.traces else None,
             "citations": ({**citations.model_dump(), "hallucination_rate": citations.hallucination_rate,
-                           "citing_share": citations.citing_share} if citations.answers else None),
+                           "citing_share": citations.citing_share, "citation_accuracy": citations.accuracy,
+                           "citation_rate": citations.rate} if citations.answers else None),
             "attachments": attachments,
             "semantic_arm": arm,
             "embedding_backlog": backlog,
@@ -170,6 +171,12 @@ def stats(
             "answers": f"{citations.answers} ({citations.answers_citing} citing, {citations.citing_share:.1%})",
             "citations": citations.citations,
             "hallucinated": f"{citations.hallucinated} ({citations.hallucination_rate:.1%}: ids the turn never showed)",
+            "citation accuracy": "n/a (no citation judged)" if citations.accuracy is None else
+            f"{citations.accuracy:.1%} ({citations.supported} of {citations.supported + citations.unsupported} "
+            "citations: the cited passage supports the claim)",
+            "citation rate": "n/a (no answer drew on a passage)" if citations.rate is None else
+            f"{citations.rate:.1%} ({citations.answers_citing_drawn} of {citations.answers_drawing} answers "
+            "that drew on a passage cite every one)",
         })
     _attachments(opts, attachments)
     if arm["state"] == "unavailable":

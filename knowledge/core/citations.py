@@ -94,12 +94,20 @@ def find_citations(answer: str) -> list[FoundCitation]:
     return found
 
 
+def answer_sentences(answer: str) -> list[str]:
+    """Every sentence of ``answer`` that has words once its citations are removed (the claims an
+    answer makes, cited or not), in order."""
+    return [c for c in (_claim(answer[a:b]) for a, b in _sentences(answer)) if c]
+
+
 @dataclass(frozen=True)
 class JudgedCitation:
-    """A citation and whether the turn showed the agent the passage it names."""
+    """A citation, whether the turn showed the agent the passage it names, and whether that passage
+    supports its claim (`knowledge.core.grounding`; None: not assessed)."""
 
     citation: FoundCitation
     shown: bool
+    supported: bool | None = None
 
     @property
     def hallucinated(self) -> bool:

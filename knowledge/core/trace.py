@@ -183,6 +183,8 @@ class TracedAnswer(BaseModel):
     answer_sha256: str = Field(pattern=_SHA256)
     recorded_at: datetime
     citations: list[TracedCitation]
+    #: The shown passages the answer drew on (a sentence of it they support, cited or not).
+    drawn_on: list[str] = []
 
 
 class RecallTrace(BaseModel):
@@ -347,9 +349,13 @@ class ViewedAnswer(BaseModel):
 
     def render(self) -> str:
         wrong = sum(not c.shown for c in self.citations)
-        lines = [f"answer {self.answer_no}: {len(self.citations)} citation(s), {wrong} hallucinated"]
+        supported = sum(c.supported is True for c in self.citations)
+        lines = [f"answer {self.answer_no}: {len(self.citations)} citation(s), {supported} supported, "
+                 f"{wrong} hallucinated"]
         for c in self.citations:
-            verdict = "shown" if c.shown else "hallucinated (the turn never showed it)"
+            verdict = ("hallucinated (the turn never showed it)" if not c.shown
+                       else "shown, " + {True: "supported", False: "NOT supported by it",
+                                         None: "not assessed"}[c.supported])
             claim = c.claim if c.claim is not None else REDUCED_NOTICE
             lines.append(f"  [{c.chunk_id}] {verdict}: {claim}")
         return "\n".join(lines)

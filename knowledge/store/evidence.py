@@ -89,3 +89,25 @@ def _matches(rows: Sequence[Record], known: LexicalEvidence) -> LexicalEvidence:
         matches.setdefault(r["chunk_id"], []).append(
             Match(r["term"], tuple(r["positions"] or ()), "A" in (r["weights"] or ())))
     return replace(known, lengths=lengths, matches=matches)
+
+
+# How distinctive each word is in the tenant: the largest BM25 idf among its lexemes (a word such as
+# ``kubectl-apply`` has several), over the idf of a lexeme no chunk holds; 0 for a word with no
+# lexeme (a text-search stop word). $1 tenant, $2 the words.
+_TERM_WEIGHTS = f"""
+WITH {TENANT_STATS}
+SELECT w.word, coalesce((
+    SELECT max({idf_sql("f.df")}) FROM unnest(to_tsvector('{TS_CONFIG}', w.word)) AS u
+    CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM knowledge_postings p
+                        WHERE p.tenant_id = $1 AND p.term = u.lexeme) AS f), 0) / {idf_sql("0")} AS weight
+FROM (SELECT DISTINCT unnest($2::text[]) AS word) AS w CROSS JOIN stats s
+"""
+
+
+async def term_weights(db: Database, tenant_id: str, words: Sequence[str]) -> dict[str, float]:
+    """Each word's distinctiveness in the tenant, in [0, 1] (see `_TERM_WEIGHTS`): what the claim-
+    support check (`knowledge.core.support.features`) weighs a claim's words by. One statement."""
+    if not words:
+        return {}
+    rows = await db.fetch(_TERM_WEIGHTS, tenant_id, list(words))
+    return {r["word"]: float(r["weight"]) for r in rows}

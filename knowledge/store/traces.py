@@ -195,6 +195,7 @@ def _trace_from(row: Record, passages: Sequence[Record], calls: Sequence[Record]
             for c in calls],
         answers=[TracedAnswer(
             answer_no=a["answer_no"], answer_sha256=a["answer_sha256"], recorded_at=a["recorded_at"],
+            drawn_on=list(a["drawn_on"]),
             citations=[TracedCitation(chunk_id=c["chunk_id"], well_formed=c["well_formed"], shown=c["shown"],
                                       claim=c["claim"], supported=c["supported"])
                        for c in citations if c["answer_no"] == a["answer_no"]])

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import string
 import subprocess
@@ -475,7 +476,12 @@ def test_stats_tracked_metrics(knowledge: Cli, corpus: Path, database_dsn: str, 
     answered = knowledge("--json", "stats").json()["citations"]
     assert (answered["answers"], answered["citations"], answered["hallucinated"]) == (1, 2, 1)
     assert answered["hallucination_rate"] == 0.5
-    assert "hallucinated │ 1 (50.0%" in knowledge("stats").out
+    # The hallucinated citation is unsupported; the other one's verdict is the check's (a two-word claim).
+    assert answered["unsupported"] >= 1 and answered["supported"] + answered["unsupported"] == 2
+    assert answered["citation_accuracy"] == answered["supported"] / 2
+    out = knowledge("stats").out
+    assert re.search(r"hallucinated +│ 1 \(50\.0%", out) and re.search(r"citation accuracy +│ \d+\.\d%", out)
+    assert re.search(r"citation rate +│ ", out)
 
 
 def test_db_status_and_psql_against_dsn(knowledge: Cli, capfd: pytest.CaptureFixture[str], database_dsn: str,

@@ -469,3 +469,32 @@ def test_cli_reembed_fills_a_tenant_ingested_lexical_only(knowledge: Any, tmp_pa
     assert done.json()["chunks"] >= 1 and done.json()["model_version"] == "minilm-l6-v2-w128-o8-code"
     again = knowledge("--json", "docs", "reembed")
     assert again.code == 0 and again.json()["chunks"] == 0
+
+
+@pytest.mark.anyio
+async def test_recorded_citations_are_judged_with_the_claims_cosine_while_the_model_serves(
+        semantic: KnowledgeService, tenant: str) -> None:
+    """`record_answer` asks the embedder child for the claim's and its sentence's vectors, and the
+    semantic support model decides; this paraphrase is one the lexical model alone would refuse."""
+    from dataclasses import replace
+
+    from knowledge.core.support import LEXICAL_SUPPORT_MODEL, SUPPORT_MODEL, content_words, features
+    from knowledge.retrieval.answers import _cosines
+    from knowledge.store.evidence import term_weights
+    from tests.retrieval.test_grounding import COMPACTION, PASSWORD, RESTORE
+    from tests.retrieval.test_turn import ingest_text, request
+
+    for title, text in (("restore", RESTORE), ("password", PASSWORD), ("compaction", COMPACTION)):
+        await ingest_text(semantic, tenant, text, title=title)
+    await semantic.embedder.wait_ready()  # type: ignore[union-attr]
+    turn = await semantic.turn(request(tenant, "compaction retention window revisions", 10_000))
+    passage = next(p for p in turn.passages if p.heading_path[-1] == "Compaction")
+    claim = "Compaction drops revisions older than the retention window."
+    f = features(claim, passage.text, await term_weights(semantic.db, tenant, content_words(claim)))
+    cosine = (await _cosines(semantic.embedder, [(f.claim, f.sentence)]))[(f.claim, f.sentence)]
+    assert SUPPORT_MODEL.decide(replace(f, cosine=cosine)) and not LEXICAL_SUPPORT_MODEL.decide(f), (
+        "pick a claim the two models judge apart: this test tells the paths apart by it")
+    recorded = await semantic.record_answer(turn.trace.trace_id, f"{claim[:-1]} [{passage.chunk_id}].",
+                                            tenant_id=tenant)
+    assert [c.supported for c in recorded.citations] == [True]
+    assert recorded.drawn_on == {passage.chunk_id} and recorded.cites_what_it_drew_on
