@@ -264,8 +264,8 @@ class SupportModel:
 
 
 #: Fitted by ``scripts/fit_support.py`` with the claim's cosine to its sentence (the semantic arm on):
-#: precision 0.954, recall 0.923 for "supported" on the check part (unseen files); README, "Citation
-#: metrics", has the numbers per kind.
+#: precision 0.954, recall 0.923 for "supported" on the check part (unseen files); README,
+#: "Recording the agent's answer", has more.
 SUPPORT_MODEL = SupportModel(weights=(-3.2974, 2.6778, -2.0092, 0.0516, -4.8118, 1.3211, 4.9373), threshold=0.504)
 #: Fitted the same way on the lexical features alone — the verdict while no embedding model serves:
 #: precision 0.956, recall 0.857 on the check part.
