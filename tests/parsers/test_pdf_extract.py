@@ -356,7 +356,7 @@ def test_child_round_trip_for_inspect_and_extract() -> None:
     assert inspected == {"ok": True, "inspection": {"pages": 1, "encrypted": False, "has_outline": False,
                                                     "pdf_version": inspect_pdf_bytes(data).pdf_version}}
     extracted = one_result(run_child(header("extract") + data))
-    assert extracted == {"ok": True, "text": extract_pdf_text(data), "pages": 1}
+    assert extracted == {"ok": True, "text": extract_pdf_text(data), "pages": 1, "date": None}  # it states none
     assert extracted["text"].startswith("# Child Title\n")
     # A spare child (libraries imported before the header) answers the same; so does a page range.
     assert one_result(run_child(header("extract", pages=[0, 1]) + data, "--warm")) == extracted
