@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 
@@ -94,11 +95,11 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
         first = findings[0]
         holder = next((d for d in drafts if d.start <= first.start < max(d.end, d.start + 1)), None)
         holder = holder or min(drafts, key=lambda d: abs(d.start - first.start))
+        path = redacted(holder.heading_path, [text[f.start:f.end] for f in findings])
         raise IngestRefused(
             "secret_detected",
-            f"a credential ({first.kind}, line {first.line}) in chunk {holder.ordinal} "
-            f"under {' > '.join(holder.heading_path)}",
-            chunk_ordinal=holder.ordinal, heading_path=holder.heading_path,
+            f"a credential ({first.kind}, line {first.line}) in chunk {holder.ordinal} under {' > '.join(path)}",
+            chunk_ordinal=holder.ordinal, heading_path=path,
         )
     chunks = [PreparedChunk(d, content_sha256(d.text), is_instruction_like(d.text)) for d in drafts]
     version = f"{chunker.version}+{source_version}" if source_version else chunker.version
@@ -106,6 +107,19 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
     # (a PDF's /Info dates: `knowledge.parsers.base.Extracted`).
     stated = (front_matter_date(text) if structure == "markdown" else None) or getattr(raw_text, "stated_date", None)
     return PreparedDocument(text, chunks, version, stated)
+
+
+def redacted(heading_path: Sequence[str], secrets: Sequence[str]) -> tuple[str, ...]:
+    """``heading_path`` with every credential found in the text cut out of it: a refusal names where
+    the credential is (its chunk, its headings) and never echoes it, even one written in a heading."""
+    out = []
+    for heading in heading_path:
+        for secret in secrets:
+            for piece in {secret, *secret.split()}:
+                if len(piece) >= 8 and piece in heading:
+                    heading = heading.replace(piece, "[credential]")
+        out.append(heading)
+    return tuple(out)
 
 
 def dated(request: IngestRequest, prepared: PreparedDocument) -> IngestRequest:

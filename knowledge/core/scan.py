@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from knowledge.core.scan_rules import SpanSet, candidates
 
-SECRET_SCAN_VERSION = "secrets-v1"
+SECRET_SCAN_VERSION = "secrets-v2"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from knowledge.core.scan_layers import (
+    decoded_layers,
+    is_ciphertext_context,
+    key_containers,
+    keyed_values,
+)
+
 Span = tuple[int, int]
 
 # An audited baseline, as detect-secrets and gitleaks keep one: SHA-256 of exact values a person has
@@ -299,7 +306,8 @@ _ASSIGNMENT = re.compile(
 _VALUE_REST = re.compile(r"[^\s\"'`,;]{0,244}", re.ASCII)
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _SECRET_WORD = re.compile(
-    r"(?i:pass|pwd|secret|token|api[_-]?key|access[_-]?key|auth[_-]?key|credential|private[_-]?key)", re.ASCII
+    r"(?i:pass|pwd|secret|token|api[_-]?key|access[_-]?key|auth[_-]?key|credential|private[_-]?key|license[_-]?key)",
+    re.ASCII,
 )
 _SECRET_WORD_HINTS = ("pass", "pwd", "secret", "token", "key", "credential")
 # Key names that contain a secret word but name something else (a Secret's name, a file, a URL, a type).
@@ -559,8 +567,10 @@ class SpanSet:
         self._ends[i:j] = [end]
 
 
-def candidates(text: str) -> Iterator[tuple[str, int, int]]:
-    """Every (kind, start, end) a rule confirms, provider rules first; spans may overlap across rules."""
+def candidates(text: str, layers: bool = True) -> Iterator[tuple[str, int, int]]:
+    """Every (kind, start, end) a rule confirms, provider rules first; spans may overlap across rules.
+    With ``layers``, also what `knowledge.core.scan_layers` finds in the structure and in decoded
+    layers (which are scanned without layers of their own)."""
     vetoed = SpanSet()  # provider-format values their own rule rejected (a bad checksum, a masked body)
     for rule in RULES:
         for match in _matches(rule, text):
@@ -577,5 +587,19 @@ def candidates(text: str) -> Iterator[tuple[str, int, int]]:
             if fingerprint(text[span[0] : span[1]]) not in AUDITED_EXAMPLES:
                 yield rule.kind, span[0], span[1]
     for start, end in _assignments(text):
-        if not vetoed.overlaps(start, end) and fingerprint(text[start:end]) not in AUDITED_EXAMPLES:
+        if not vetoed.overlaps(start, end) and fingerprint(text[start:end]) not in AUDITED_EXAMPLES \
+                and not is_ciphertext_context(text, start, text[start:end]):
             yield "generic_secret", start, end
+    if not layers:
+        return
+    found: list[tuple[str, int, int]] = [
+        *key_containers(text, _pem_body_ok, lambda v: _random_part(v, 4.0)),
+        *keyed_values(text, looks_random),
+        *decoded_layers(text, lambda decoded: candidates(decoded, layers=False), looks_random),
+    ]
+    for kind, start, end in found:
+        value = text[start:end]
+        if vetoed.overlaps(start, end) or fingerprint(value) in AUDITED_EXAMPLES \
+                or is_ciphertext_context(text, start, value):
+            continue
+        yield kind, start, end

@@ -1,0 +1,353 @@
+"""Secret-scan rules that read structure and undo one layer of encoding (issue 32): the shapes the
+format rules of `knowledge.core.scan_rules` never see as written.
+
+- **Decoded layers.** A base64 run that decodes to printable text is scanned again as that text (a
+  Kubernetes Secret's ``data:`` holding a whole credentials file, a ``.dockerconfigjson``); one that
+  decodes to ``user:password`` with a generated password is a basic-auth credential (a registry's
+  ``auth``, npm's ``_auth``). A line with URL escapes (``%3D``) or JSON string escapes (``\\"``) is
+  scanned again unescaped. A finding in a decoded layer is reported over the encoded run (or line)
+  that holds it.
+- **Keys without a separator.** A word that names a secret followed by its value — ``password
+  s3cr3t…`` (netrc), "the password is s3cr3t…" (prose), a table column headed ``token``, an XML
+  element ``<password>`` or ``<add key="ApiKey" value="…"/>``, string literals concatenated after a
+  secret's key (``"abc" + "def"``), a URL query parameter (``?sig=…``, ``&access_token=…``), a URL
+  whose user part is a generated key (a Sentry DSN), the value alone on the line after a question
+  about a secret (a chat log: "what's the admin password?" — "bob: …"). The value must look generated
+  (`scan_rules.looks_random`, and not a name, host or path: `generated`), as for every free-form
+  rule. All of them start where the lower-cased text holds one of a few anchor words
+  (`_ANCHORS`, found with ``str.find``), so a document without them costs a few passes of
+  ``str.find``.
+- **Key containers** the PEM rule does not cover: PuTTY ``.ppk`` private lines and age secret keys.
+- **Ciphertext is not a credential**: values under a Sealed Secret's ``encryptedData:`` or SOPS's
+  ``sops:``, and SOPS ``ENC[…]`` values, are left alone (`is_ciphertext_context`) — the spec blocks
+  credentials, and a committed ciphertext is what a team commits instead of one.
+
+Every pattern starts with a literal or a cheap character class and the costly checks run on the
+rare candidates; decoded layers are scanned once (no layer inside a layer's layer).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from urllib.parse import unquote
+
+Span = tuple[int, int]
+Scan = Callable[[str], Iterator[tuple[str, int, int]]]
+
+#: A base64 value long enough to hold a credential (24 characters: 18 bytes), after a key's
+#: separator (YAML, JSON, .env, INI), or alone on its line (a wrapped blob: consecutive lines join).
+_B64_VALUE = re.compile(r"[:=][ \t]*[\"']?(?P<v>[A-Za-z0-9+/]{24,}={0,2})(?![A-Za-z0-9+/_-])", re.ASCII)
+# Found from a line break (a literal: ``re`` searches for it at memory speed), then the whole line.
+_B64_LINE = re.compile(r"\n[ \t]*(?P<v>[A-Za-z0-9+/]{24,}={0,2})[ \t]*(?=\n|$)", re.ASCII)
+MAX_DECODED = 65_536
+_USER_PASS = re.compile(r"[^\s:]{1,128}:(\S{8,256})", re.ASCII)
+_ESCAPED = re.compile(r"%(?:2[0-9A-Fa-f]|3[A-Fa-f]|40|5[BDbd]|7[BDbd])|\\[\"'nt/]")
+
+
+def _escapes(text: str) -> list[re.Match[str]]:
+    """`_ESCAPED`'s matches in order, found from each ``%`` and ``\\`` by ``str.find`` (both rare)."""
+    found = []
+    for mark in ("%", "\\"):
+        at = text.find(mark)
+        while at >= 0:
+            match = _ESCAPED.match(text, at)
+            if match is not None:
+                found.append(match)
+            at = text.find(mark, at + 1)
+    return sorted(found, key=lambda m: m.start())
+
+
+def _printable(raw: bytes) -> str | None:
+    if raw and all(32 <= b < 127 or b in (9, 10, 13) for b in raw):
+        return raw.decode("ascii")
+    return None
+
+
+def _decode(run: str) -> str | None:
+    body = run.rstrip("=")
+    try:
+        raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return _printable(raw[:MAX_DECODED]) if len(raw) <= MAX_DECODED else None
+
+
+def decoded_layers(text: str, scan: Scan, random: Callable[[str, int], bool]) -> Iterator[tuple[str, int, int]]:
+    """Findings in what ``text``'s base64 runs and escaped lines decode to (see the module docstring):
+    each reported over the run or line that holds it. ``scan`` is the format and assignment scan,
+    ``random`` `scan_rules.looks_random`."""
+    runs = [m.span("v") for m in _B64_VALUE.finditer(text)]
+    block: list[Span] = []
+    for m in _B64_LINE.finditer("\n" + text):  # consecutive lines of one blob are decoded together
+        span = (m.start("v") - 1, m.end("v") - 1)  # offsets in ``text``
+        if block and text.count("\n", block[-1][1], span[0]) == 1:
+            block.append(span)
+            continue
+        if block:
+            runs.append((block[0][0], block[-1][1]))
+        block = [span]
+    if block:
+        runs.append((block[0][0], block[-1][1]))
+    for start, end in runs:
+        decoded = _decode("".join(text[start:end].split()))
+        if decoded is None:
+            continue
+        pair = _USER_PASS.fullmatch(decoded.strip())
+        if pair is not None and random(pair.group(1), 8):
+            yield "basic_auth", start, end
+            continue
+        for kind, _, _ in scan(decoded):
+            yield f"{kind}_base64", start, end
+            break
+    # Every escaped line, unescaped, scanned in one text: a finding maps back to its line.
+    spans: list[Span] = []
+    plains: list[str] = []
+    done = -1
+    for match in _escapes(text):
+        if match.start() < done:
+            continue  # this line was read
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.start())
+        end = end if end >= 0 else len(text)
+        done = end
+        line = text[start:end]
+        plain = unquote(line.replace('\\"', '"').replace("\\'", "'").replace("\\t", "\t").replace("\\/", "/"))
+        if plain != line:
+            spans.append((start, end))
+            plains.append(plain.replace("\\n", " "))
+    if not plains:
+        return
+    joined = "\n".join(plains)
+    starts = list(itertools.accumulate((len(p) + 1 for p in plains[:-1]), initial=0))
+    reported: set[int] = set()
+    for kind, at, _ in scan(joined):
+        index = bisect.bisect_right(starts, at) - 1
+        if index not in reported:
+            reported.add(index)
+            yield f"{kind}_escaped", *spans[index]
+
+
+# --- keys without a separator ---------------------------------------------------------------------
+
+#: A word that names a secret, as a whole word in prose or a config line.
+_KEY_WORD = (r"(?:password|passwd|passphrase|pwd|pw|secret|token|api[ _-]?key|access[ _-]?key|license[ _-]?key|"
+             r"secret[ _-]?key|auth[ _-]?token|private[ _-]?key)")
+#: What every rule of this section starts from: these substrings of the lower-cased text, found with
+#: ``str.find`` (a pass each at memory speed), so the rules' own patterns run only where one occurs.
+_ANCHORS = ("pass", "pw", "secret", "token", "key", "sig=", "signature=")
+# "password s3cr3t…" (netrc), "the password is s3cr3t…" — matched at an anchor: at most 40
+# characters to a verb, then the value after white space (an assignment's ``=``/``:`` is not here).
+_PROSE = re.compile(
+    rf"(?i:{_KEY_WORD})\b(?:[^\n.;:=]{{0,40}}?\b(?:is|was|are|were|use|using|set\s+to|to)\b)?[ \t`*\"']{{1,4}}"
+    r"(?P<v>[^\s`\"'<>,;)]{12,256})", re.ASCII)
+_TRAILING = ",;:!?)]}*_`'\""
+_NAME_LIKE = re.compile(r"[a-z0-9]+(?:[-_./][a-z0-9]+)+|[A-Za-z0-9.-]+\.[a-z]{2,}(?:/\S*)?", re.ASCII)
+_HEADER_WORD = re.compile(rf"(?i:\b{_KEY_WORD}s?\b)", re.ASCII)
+_TABLE_RULE = re.compile(r"[ \t]*\|[ \t:|-]+\|?[ \t]*")
+_XML_ELEMENT = re.compile(r"<(?P<k>[A-Za-z_:.-]{2,64})>(?P<v>[^<\s]{12,256})</(?P=k)>", re.ASCII)
+_XML_ADD = re.compile(r"[Kk]ey=\"(?P<k>[^\"\n]{1,64})\"\s+[Vv]alue=\"(?P<v>[^\"\n]{12,256})\"", re.ASCII)
+_CONCAT = re.compile(r"([\"'])([^\"'\n]{1,128})\1(?:\s*\+\s*([\"'])([^\"'\n]{1,128})\3){1,8}", re.ASCII)
+_LITERAL = re.compile(r"([\"'])([^\"'\n]{1,128})\1", re.ASCII)
+_QUERY = re.compile(
+    r"[?&](?i:sig|signature|access_token|token|api_key|apikey|key|secret|client_secret|password|pwd)="
+    r"(?P<v>[^&\s#\"'<>]{16,512})", re.ASCII)
+_URL_USER_KEY = re.compile(r"://(?P<v>[A-Za-z0-9_-]{24,128})@[A-Za-z0-9.-]+", re.ASCII)
+
+
+def generated(value: str, random: Callable[[str, int], bool], min_len: int = 12) -> bool:
+    """``random`` (`scan_rules.looks_random`), and none of what prose puts after a secret's word: a
+    name in lower case with separators (``argocd-repo-server-tls``), a host or URL path, a relative
+    path or a Markdown link, an elision."""
+    return (random(value, min_len) and _NAME_LIKE.fullmatch(value) is None and "](" not in value
+            and not value.startswith(("/", "./", "../", "~", "--", "#")) and not value.endswith(".."))
+
+
+def _line(text: str, at: int) -> Span:
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    return start, (end if end >= 0 else len(text))
+
+
+def _prose_value(text: str, at: int, random: Callable[[str, int], bool]) -> Span | None:
+    """A secret's word at ``at``, then its value after white space (netrc) or a verb."""
+    if at > 0 and (text[at - 1].isalnum() or text[at - 1] == "_"):
+        return None  # inside a word ("bypass"); "DB_PASSWORD=" is the assignment rule's
+    match = _PROSE.match(text, at)
+    if match is None:
+        return None
+    value = match["v"]
+    value = value[:-1] if value.endswith(".") and not value.endswith("..") else value
+    value = value.rstrip(_TRAILING)
+    if len(value) >= 12 and generated(value, random):
+        return match.start("v"), match.start("v") + len(value)
+    return None
+
+
+def _table(text: str, header: Span, random: Callable[[str, int], bool], walked: list[int]) -> Iterator[Span]:
+    """Cells below a Markdown table header in a column the header names a secret in. ``walked``
+    holds the end of the last table read: a header inside it is not read again (a text of nothing
+    but header rows stays linear)."""
+    if header[0] <= walked[0]:
+        return
+    head = text[header[0]:header[1]]
+    if not head.lstrip().startswith("|"):
+        return
+    rule_line = _line(text, header[1] + 1) if header[1] < len(text) else header
+    if rule_line == header or _TABLE_RULE.fullmatch(text, *rule_line) is None:
+        return
+    columns = {k for k, cell in enumerate(head.strip().strip("|").split("|")) if _HEADER_WORD.search(cell)}
+    pos = rule_line[1] + 1
+    while columns and pos < len(text):
+        start, end = _line(text, pos)
+        row = text[start:end]
+        if not row.lstrip().startswith("|"):
+            break
+        offset = start + row.index("|") + 1
+        for k, cell in enumerate(row.strip().strip("|").split("|")):
+            value = cell.strip().strip("`")
+            if k in columns and value and generated(value, random):
+                at = text.find(value, offset, end)
+                yield at, at + len(value)
+            offset += len(cell) + 1
+        pos = end + 1
+    walked[0] = pos
+
+
+# A chat message: "[10:03] bob: …", "bob: …", "<bob> …", "> …", or the bare line.
+_SPEAKER = re.compile(r"[ \t>]*(?:\[[^\]\n]{1,40}\][ \t]*)?(?:<[^>\n]{1,40}>|[A-Za-z0-9_.@-]{1,40}:)?[ \t]*", re.ASCII)
+
+
+def _answer(text: str, pos: int, random: Callable[[str, int], bool]) -> Span | None:
+    """The value alone on the line after a question or a lead-in about a secret ("what's the admin
+    password?" — "bob: s3cr3t…"), in a chat log or a transcript."""
+    if pos >= len(text):
+        return None
+    start, end = _line(text, pos)
+    lead = _SPEAKER.match(text, start, end)
+    at = lead.end() if lead is not None else start
+    value = text[at:end].strip().strip("`").rstrip(".")
+    if value and " " not in value and generated(value, random):
+        first = text.find(value, at, end)
+        return first, first + len(value)
+    return None
+
+
+def keyed_values(text: str, random: Callable[[str, int], bool]) -> Iterator[tuple[str, int, int]]:
+    """Values a secret's word names without an assignment's separator (see the module docstring):
+    prose and netrc values, table columns, XML elements and ``key=/value=`` pairs, literals
+    concatenated after a secret's key, URL query parameters; and URL user parts that are keys."""
+    low = text.lower()
+    anchors: list[int] = []
+    for word in _ANCHORS:
+        at = low.find(word)
+        while at >= 0:
+            anchors.append(at)
+            at = low.find(word, at + 1)
+    line_end, walked = -1, [-1]
+    for at in sorted(anchors):
+        span = _prose_value(text, at, random)
+        if span is not None:
+            yield "generic_secret", *span
+        if at <= line_end:
+            continue  # its line was read (each line once: a line of nothing but anchors stays linear)
+        line = _line(text, at)
+        line_end = line[1]
+        yield from _on_line(text, line, random, walked)
+    at = text.find("://")
+    while at >= 0:
+        match = _URL_USER_KEY.match(text, at)
+        if match is not None and generated(match["v"], random, 24):
+            yield "url_key", *match.span("v")
+        at = text.find("://", at + 3)
+
+
+def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: list[int]
+             ) -> Iterator[tuple[str, int, int]]:
+    """The rules that read a whole line holding an anchor, each only where its mark is on the line."""
+    seg = text[line[0]:line[1]]
+    if seg.lstrip().startswith("|") and _HEADER_WORD.search(seg):
+        for cell in _table(text, line, random, walked):
+            yield "table_secret", *cell
+    if "</" in seg or "alue=" in seg:
+        for match in _XML_ELEMENT.finditer(text, *line):
+            named = _HEADER_WORD.search(match["k"].replace("_", " ")) or _KEYISH.search(match["k"])
+            if named and generated(match["v"], random):
+                yield "xml_secret", *match.span("v")
+        for match in _XML_ADD.finditer(text, *line):
+            if (_HEADER_WORD.search(match["k"]) or _KEYISH.search(match["k"])) and generated(match["v"], random):
+                yield "xml_secret", *match.span("v")
+    if "+" in seg:
+        for match in _CONCAT.finditer(text, *line):
+            if _KEYISH.search(text, line[0], match.start()):
+                joined = "".join(m.group(2) for m in _LITERAL.finditer(match.group()))
+                if generated(joined, random):
+                    yield "concatenated_secret", *match.span()
+    if "=" in seg and ("?" in seg or "&" in seg):
+        for match in _QUERY.finditer(text, *line):
+            if generated(unquote(match["v"]), random, 16):
+                yield "url_query_secret", *match.span("v")
+    if seg.rstrip().endswith(("?", ":")) and _HEADER_WORD.search(seg):
+        answer = _answer(text, line[1] + 1, random)
+        if answer is not None:
+            yield "generic_secret", *answer
+
+
+#: Key names in code: ``apiKey``, ``API_KEY``, ``dbPassword``, ``client_secret``.
+_KEYISH = re.compile(r"(?i:pass(?:word|wd)?|pwd|secret|token|api_?key|access_?key|license_?key|private_?key)",
+                     re.ASCII)
+
+
+# --- key containers -------------------------------------------------------------------------------
+
+_PUTTY = re.compile(r"PuTTY-User-Key-File-[0-9]+:[^\n]*\n(?:[^\n]*\n){0,40}?Private-Lines:[ \t]*(?P<n>[0-9]{1,3})"
+                    r"[ \t]*\r?\n", re.ASCII)
+_AGE = re.compile(r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}(?![A-Z0-9])", re.ASCII)
+
+
+def key_containers(text: str, body_ok: Callable[[str], bool], part_ok: Callable[[str], bool]
+                   ) -> Iterator[tuple[str, int, int]]:
+    """PuTTY private lines that hold key material, and age secret keys."""
+    for match in _PUTTY.finditer(text):
+        lines = text[match.end():].split("\n", int(match["n"]))[: int(match["n"])]
+        body = "\n".join(lines)
+        if body_ok(body) or (len(body.strip()) >= 40 and part_ok(body.strip())):
+            yield "private_key", match.start(), match.end() + len(body)
+    for match in _AGE.finditer(text):
+        if part_ok(match.group()[16:]):
+            yield "private_key", *match.span()
+
+
+# --- ciphertext -----------------------------------------------------------------------------------
+
+_CIPHERTEXT_KEYS = ("encryptedData", "sops", "encrypted_data")
+_INDENT = re.compile(r"[ \t]*")
+
+
+def is_ciphertext_context(text: str, start: int, value: str) -> bool:
+    """``value`` at ``start`` is committed ciphertext: a SOPS ``ENC[`` value, or a value nested under
+    a Sealed Secret's ``encryptedData:`` (or SOPS's ``sops:``) in YAML."""
+    if value.startswith("ENC[") or text.startswith("ENC[", start):
+        return True
+    line_start = text.rfind("\n", 0, start) + 1
+    indent = len(_INDENT.match(text, line_start).group())  # type: ignore[union-attr]
+    pos, seen = line_start, 0
+    while pos > 0 and seen < 200:
+        prev = text.rfind("\n", 0, pos - 1) + 1
+        line = text[prev:pos - 1]
+        pos, seen = prev, seen + 1
+        if not line.strip():
+            continue
+        here = len(_INDENT.match(line).group())  # type: ignore[union-attr]
+        if here < indent:
+            key = line.strip().split(":", 1)[0].strip("\"' -")
+            if key in _CIPHERTEXT_KEYS:
+                return True
+            indent = here
+            if here == 0:
+                return False
+    return False
