@@ -17,6 +17,8 @@ import string
 import struct
 import urllib.parse
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from random import Random
 
@@ -25,13 +27,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, x25519
 from cryptography.x509.oid import NameOID
 
-
 # --- alphabets and plain values -----------------------------------------------------------------------
 
 HEX = "0123456789abcdef"
 ALNUM = string.ascii_letters + string.digits
 B62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
-PW_ALPHABET = ALNUM * 4 + "!#*+-=?^_~."  # no quote, &, <, >, @, :, /, % or space: valid unescaped everywhere
+PW_ALPHABET = ALNUM * 4 + "!*+-=?^_~."  # no quote, #, &, <, >, @, :, /, % or space: valid unescaped everywhere
 
 USERS = ("alice", "bob", "carol", "dmitri", "erin", "farah", "deploy", "svc-ingest", "ci-bot", "app", "etl", "ops")
 SERVICES = ("orders", "billing", "ingest", "search", "ledger", "notifier", "catalog", "reports", "auth", "gateway")
@@ -82,7 +83,8 @@ def ctx(r: Random) -> dict[str, object]:
 
 
 def date(r: Random) -> str:
-    return (datetime(2023, 1, 1, tzinfo=UTC) + timedelta(seconds=r.randrange(86400 * 900))).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = datetime(2023, 1, 1, tzinfo=UTC) + timedelta(seconds=r.randrange(86400 * 900))
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def base62(number: int, width: int) -> str:
@@ -120,6 +122,20 @@ def api_token(r: Random) -> str:
     if kind == 4:
         return "SG." + pick(r, ALNUM + "_-", 22) + "." + pick(r, ALNUM + "_-", 43)
     return hexs(r, 40) if kind == 5 else b64u(r.randbytes(32))
+
+
+def bare_token(r: Random) -> str:
+    """A token with no provider prefix: only where it stands says what it is."""
+    kind = r.randrange(4)
+    if kind == 0:
+        return hexs(r, r.choice((32, 40, 64)))
+    if kind == 1:
+        return b64u(r.randbytes(r.choice((24, 32))))
+    return pick(r, ALNUM, r.choice((24, 32, 40)))
+
+
+def bare_value(r: Random) -> str:
+    return password(r) if r.random() < 0.6 else bare_token(r)
 
 
 def url_quote(value: str) -> str:
@@ -178,8 +194,8 @@ def openssh_private(r: Random, comment: str, rsa: bool = False) -> str:
 
 
 def der(tag: int, body: bytes) -> bytes:
-    n = len(body)
-    length = bytes([n]) if n < 128 else bytes([0x80 | ((n.bit_length() + 7) // 8)]) + n.to_bytes((n.bit_length() + 7) // 8)
+    n, size = len(body), (len(body).bit_length() + 7) // 8
+    length = bytes([n]) if n < 128 else bytes([0x80 | size]) + n.to_bytes(size)
     return bytes([tag]) + length + body
 
 
@@ -227,10 +243,7 @@ def certificate(r: Random, cn: str) -> str:
                .serial_number(int.from_bytes(r.randbytes(16)) >> 1).not_valid_before(start)
                .not_valid_after(start + timedelta(days=r.choice((90, 365, 825))))
                .add_extension(x509.SubjectAlternativeName([x509.DNSName(cn)]), critical=False))
-    if p256:
-        cert = builder.sign(key, hashes.SHA256(), ecdsa_deterministic=True)  # type: ignore[arg-type]
-    else:
-        cert = builder.sign(key, None)  # type: ignore[arg-type]
+    cert = builder.sign(key, hashes.SHA256() if p256 else None, ecdsa_deterministic=p256 or None)
     return cert.public_bytes(serialization.Encoding.PEM).decode().strip()
 
 
@@ -354,3 +367,56 @@ def pypi_token(r: Random) -> str:
     caveat = json.dumps({"version": 1, "permissions": {"projects": [r.choice(SERVICES) + "-client"]}}).encode()
     return "pypi-" + b64u(b"\x02\x01\x08pypi.org\x02\x24" + ident + b"\x00\x02" + bytes([len(caveat)]) + caveat
                           + b"\x00\x00\x06\x20" + r.randbytes(32))
+
+
+# --- the shape registry and what several shapes share ------------------------------------------------
+
+SECRET_FAMILIES = ("encoded", "file_format", "placed")
+CLEAN_FAMILIES = ("ciphertext", "public_material", "documented_example", "placeholder", "test_vector")
+
+Made = str | tuple[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Shape:
+    family: str
+    name: str
+    make: Callable[[Random], Made]
+    lang: str | None  # the code fence it is shown in; None: Markdown (chat, prose, tables) placed as it is
+
+
+SHAPES: list[Shape] = []
+
+
+def shape(family: str, lang: str | None = "text") -> Callable[[Callable[[Random], Made]], Callable[[Random], Made]]:
+    def register(make: Callable[[Random], Made]) -> Callable[[Random], Made]:
+        SHAPES.append(Shape(family, make.__name__.replace("_", "-"), make, lang))
+        return make
+
+    return register
+
+
+PEOPLE = ("maria", "tom", "priya", "jonas", "li", "sam", "noor", "kai", "ines", "oleg")
+
+
+def chat(r: Random, lines: list[tuple[str, str]]) -> str:
+    h, m = r.randint(8, 17), r.randint(0, 40)
+    out = []
+    for who, said in lines:
+        m += r.randint(0, 3)
+        out.append(f"[{h:02d}:{m % 60:02d}] {who}: {said}")
+    return "\n".join(out)
+
+
+def split(r: Random, value: str) -> list[str]:
+    cuts = sorted(r.sample(range(4, len(value) - 3), r.choice((1, 2))))
+    return [value[i:j] for i, j in zip([0, *cuts], [*cuts, len(value)], strict=True)]
+
+
+def secret_value(r: Random) -> str:
+    return password(r) if r.random() < 0.5 else api_token(r)
+
+
+def k8s_secret(c: dict[str, object], data: str, kind: str = "Opaque", section: str = "data") -> str:
+    return (f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: {c['svc']}-credentials\n  namespace: {c['ns']}\n"
+            f"type: {kind}\n{section}:\n{data}")

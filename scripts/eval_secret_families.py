@@ -1,0 +1,105 @@
+"""Recall and false refusals of the ingest secret scan per family, on generated documents of unseen shapes.
+
+    .venv/bin/python scripts/eval_secret_families.py [--seed 32] [--misses FAMILY ...]
+
+Runs `knowledge.core.scan.find_secrets` in process over the records of scripts/build_secrets.py (a
+non-empty result is a refusal). For each part (``fit``: the shapes the scan may be tuned on; ``check``:
+whole shapes held out) and family it prints the records and how many were caught (secret families) or
+refused (clean families), then recall and the false-refusal rate per part, the mean scan time per record,
+and a control: the same generated prose with no snippet, which must never be refused. ``--misses FAMILY``
+(or ``all``) lists the shapes whose records were missed or falsely refused, with counts and, for false
+refusals, the finding kinds; never the texts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from build_secrets import FAMILIES, PER_SHAPE, build, filler  # noqa: E402  (scripts/ is on sys.path: this file's folder)
+from secret_formats import SECRET_FAMILIES  # noqa: E402
+
+from knowledge.core.scan import SECRET_SCAN_VERSION, find_secrets  # noqa: E402
+
+PARTS = ("fit", "check")
+
+
+def share(part: int, whole: int) -> str:
+    return f"{part / whole:.3f}" if whole else "-"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=32)
+    parser.add_argument("--misses", nargs="+", metavar="FAMILY", choices=(*FAMILIES, "all"), default=[],
+                        help="list the shapes missed or falsely refused in these families ('all': every family)")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    records = build(args.seed)
+    built = time.perf_counter() - started
+
+    refused: dict[str, list[str]] = {}
+    scanning = 0.0
+    for record in records:
+        t0 = time.perf_counter()
+        findings = find_secrets(record["text"])
+        scanning += time.perf_counter() - t0
+        refused[record["id"]] = sorted({f.kind for f in findings})
+
+    total: Counter[tuple[str, str]] = Counter()
+    flagged: Counter[tuple[str, str]] = Counter()
+    wrong: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)  # (family, shape) -> part -> wrong records
+    kinds: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for record in records:
+        key = (record["part"], record["family"])
+        total[key] += 1
+        hit = bool(refused[record["id"]])
+        flagged[key] += hit
+        if hit != (record["label"] == "secret"):
+            wrong[record["family"], record["shape"]][record["part"]] += 1
+            kinds[record["family"], record["shape"]].update(refused[record["id"]])
+
+    size = sum(len(r["text"]) for r in records) / len(records)
+    print(f"find_secrets ({SECRET_SCAN_VERSION}) on {len(records)} generated documents (seed {args.seed}, "
+          f"built in {built:.1f} s, mean {size / 1000:.1f} k characters)")
+    print(f"{'part':<7}{'family':<20}{'label':<8}{'records':>8}  {'caught/refused':>14}  {'share':>6}")
+    for part in PARTS:
+        for family in FAMILIES:
+            label = "secret" if family in SECRET_FAMILIES else "clean"
+            verb = "caught" if label == "secret" else "refused"
+            n, k = total[part, family], flagged[part, family]
+            print(f"{part:<7}{family:<20}{label:<8}{n:>8}  {f'{k} {verb}':>14}  {share(k, n):>6}")
+        secrets = sum(total[part, f] for f in SECRET_FAMILIES)
+        caught = sum(flagged[part, f] for f in SECRET_FAMILIES)
+        cleans = sum(total[part, f] for f in FAMILIES if f not in SECRET_FAMILIES)
+        false = sum(flagged[part, f] for f in FAMILIES if f not in SECRET_FAMILIES)
+        print(f"{part:<7}recall {share(caught, secrets)} ({caught}/{secrets}), "
+              f"false-refusal rate {share(false, cleans)} ({false}/{cleans})\n")
+    print(f"scan time: mean {scanning / len(records) * 1000:.2f} ms per record ({scanning:.2f} s in all)")
+    control = filler(args.seed)
+    control_refused = sum(bool(find_secrets(doc)) for doc in control)
+    print(f"control (the same prose, no snippet): {control_refused} of {len(control)} refused")
+
+    chosen = FAMILIES if "all" in args.misses else tuple(f for f in FAMILIES if f in args.misses)
+    for family in chosen:
+        what = "missed" if family in SECRET_FAMILIES else "falsely refused"
+        rows = sorted((shape, parts) for (fam, shape), parts in wrong.items() if fam == family)
+        print(f"\n{family}: shapes {what} (records of {PER_SHAPE} per shape, by part)")
+        if not rows:
+            print("  none")
+        for shape, parts in rows:
+            counts = ", ".join(f"{part} {parts[part]}" for part in PARTS if parts[part])
+            found = ", ".join(f"{kind} x{n}" for kind, n in kinds[family, shape].most_common())
+            print(f"  {shape:<44}{counts}" + (f"   [{found}]" if found else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
