@@ -42,6 +42,8 @@ Scan = Callable[[str], Iterator[tuple[str, int, int]]]
 #: A base64 value long enough to hold a credential (24 characters: 18 bytes), after a key's
 #: separator (YAML, JSON, .env, INI), or alone on its line (a wrapped blob: consecutive lines join).
 _B64_VALUE = re.compile(r"[:=][ \t]*[\"']?(?P<v>[A-Za-z0-9+/]{24,}={0,2})(?![A-Za-z0-9+/_-])", re.ASCII)
+# Any run, where the text says it decodes base64 ("echo … | base64 -d", "b64decode(…)").
+_B64_ANY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{32,}={0,2}", re.ASCII)
 # Found from a line break (a literal: ``re`` searches for it at memory speed), then the whole line.
 _B64_LINE = re.compile(r"\n[ \t]*(?P<v>[A-Za-z0-9+/]{24,}={0,2})[ \t]*(?=\n|$)", re.ASCII)
 MAX_DECODED = 65_536
@@ -82,6 +84,8 @@ def decoded_layers(text: str, scan: Scan, random: Callable[[str, int], bool]) ->
     each reported over the run or line that holds it. ``scan`` is the format and assignment scan,
     ``random`` `scan_rules.looks_random`."""
     runs = [m.span("v") for m in _B64_VALUE.finditer(text)]
+    if "base64" in text or "b64" in text or "Base64" in text:  # a text that decodes base64: any run
+        runs += [m.span() for m in _B64_ANY.finditer(text)]
     block: list[Span] = []
     for m in _B64_LINE.finditer("\n" + text):  # consecutive lines of one blob are decoded together
         span = (m.start("v") - 1, m.end("v") - 1)  # offsets in ``text``
@@ -139,7 +143,7 @@ _KEY_WORD = (r"(?:password|passwd|passphrase|pwd|pw|secret|token|api[ _-]?key|ac
              r"secret[ _-]?key|auth[ _-]?token|private[ _-]?key)")
 #: What every rule of this section starts from: these substrings of the lower-cased text, found with
 #: ``str.find`` (a pass each at memory speed), so the rules' own patterns run only where one occurs.
-_ANCHORS = ("pass", "pw", "secret", "token", "key", "sig=", "signature=")
+_ANCHORS = ("pass", "pw", "secret", "token", "key", "cred", "login", "sig=", "signature=")
 # "password s3cr3t…" (netrc), "the password is s3cr3t…" — matched at an anchor: at most 40
 # characters to a verb, then the value after white space (an assignment's ``=``/``:`` is not here).
 _PROSE = re.compile(
@@ -147,11 +151,12 @@ _PROSE = re.compile(
     r"(?P<v>[^\s`\"'<>,;)]{12,256})", re.ASCII)
 _TRAILING = ",;:!?)]}*_`'\""
 _NAME_LIKE = re.compile(r"[a-z0-9]+(?:[-_./][a-z0-9]+)+|[A-Za-z0-9.-]+\.[a-z]{2,}(?:/\S*)?", re.ASCII)
-_HEADER_WORD = re.compile(rf"(?i:\b{_KEY_WORD}s?\b)", re.ASCII)
+_HEADER_WORD = re.compile(rf"(?i:\b(?:{_KEY_WORD}|pass)s?\b)", re.ASCII)
 _TABLE_RULE = re.compile(r"[ \t]*\|[ \t:|-]+\|?[ \t]*")
 _XML_ELEMENT = re.compile(r"<(?P<k>[A-Za-z_:.-]{2,64})>(?P<v>[^<\s]{12,256})</(?P=k)>", re.ASCII)
 _XML_ADD = re.compile(r"[Kk]ey=\"(?P<k>[^\"\n]{1,64})\"\s+[Vv]alue=\"(?P<v>[^\"\n]{12,256})\"", re.ASCII)
-_CONCAT = re.compile(r"([\"'])([^\"'\n]{1,128})\1(?:\s*\+\s*([\"'])([^\"'\n]{1,128})\3){1,8}", re.ASCII)
+_CONCAT = re.compile(r"([\"'])([^\"'\n]{1,128})\1(?:\s*\+\s*([\"'])([^\"'\n]{1,128})\3){1,8}"
+                     r"|([\"'])([^\"'\n]{1,128})\5(?:\s*\n\s*([\"'])([^\"'\n]{1,128})\7){1,8}", re.ASCII)
 _LITERAL = re.compile(r"([\"'])([^\"'\n]{1,128})\1", re.ASCII)
 _QUERY = re.compile(
     r"[?&](?i:sig|signature|access_token|token|api_key|apikey|key|secret|client_secret|password|pwd)="
@@ -218,22 +223,27 @@ def _table(text: str, header: Span, random: Callable[[str, int], bool], walked: 
     walked[0] = pos
 
 
+# "creds for db01: admin / s3cr3t…", "login: deploy / s3cr3t…": a user, a slash, the secret.
+_CREDS = re.compile(r"(?i:\bcreds?\b|credentials?|\blogin\b|\buser(?:name)?\b)", re.ASCII)
+_USER_SLASH = re.compile(r"(?<![/\w])[A-Za-z0-9_.@-]{2,40}[ \t]+/[ \t]+(?P<v>[^\s/\"'`,;]{12,256})", re.ASCII)
 # A chat message: "[10:03] bob: …", "bob: …", "<bob> …", "> …", or the bare line.
 _SPEAKER = re.compile(r"[ \t>]*(?:\[[^\]\n]{1,40}\][ \t]*)?(?:<[^>\n]{1,40}>|[A-Za-z0-9_.@-]{1,40}:)?[ \t]*", re.ASCII)
 
 
 def _answer(text: str, pos: int, random: Callable[[str, int], bool]) -> Span | None:
-    """The value alone on the line after a question or a lead-in about a secret ("what's the admin
-    password?" — "bob: s3cr3t…"), in a chat log or a transcript."""
-    if pos >= len(text):
-        return None
-    start, end = _line(text, pos)
-    lead = _SPEAKER.match(text, start, end)
-    at = lead.end() if lead is not None else start
-    value = text[at:end].strip().strip("`").rstrip(".")
-    if value and " " not in value and generated(value, random):
-        first = text.find(value, at, end)
-        return first, first + len(value)
+    """The value alone on one of the three lines after a question or a lead-in about a secret
+    ("what's the admin password?" — "one sec" — "bob: s3cr3t…"), in a chat log or a transcript."""
+    for _ in range(3):
+        if pos >= len(text):
+            return None
+        start, end = _line(text, pos)
+        lead = _SPEAKER.match(text, start, end)
+        at = lead.end() if lead is not None else start
+        value = text[at:end].strip().strip("`\"',").rstrip(".")
+        if value and " " not in value and generated(value, random):
+            first = text.find(value, at, end)
+            return first, first + len(value)
+        pos = end + 1
     return None
 
 
@@ -282,7 +292,7 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
             if (_HEADER_WORD.search(match["k"]) or _KEYISH.search(match["k"])) and generated(match["v"], random):
                 yield "xml_secret", *match.span("v")
     if "+" in seg:
-        for match in _CONCAT.finditer(text, *line):
+        for match in _CONCAT.finditer(text, line[0], min(len(text), line[1] + 1024)):  # may run over lines
             if _KEYISH.search(text, line[0], match.start()):
                 joined = "".join(m.group(2) for m in _LITERAL.finditer(match.group()))
                 if generated(joined, random):
@@ -291,6 +301,10 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
         for match in _QUERY.finditer(text, *line):
             if generated(unquote(match["v"]), random, 16):
                 yield "url_query_secret", *match.span("v")
+    if "/" in seg and _CREDS.search(seg):
+        for match in _USER_SLASH.finditer(text, *line):
+            if generated(match["v"].rstrip(_TRAILING), random):
+                yield "generic_secret", match.start("v"), match.start("v") + len(match["v"].rstrip(_TRAILING))
     if seg.rstrip().endswith(("?", ":")) and _HEADER_WORD.search(seg):
         answer = _answer(text, line[1] + 1, random)
         if answer is not None:

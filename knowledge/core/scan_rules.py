@@ -55,6 +55,31 @@ def fingerprint(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+#: Values published as test vectors and documentation examples, which every copy of the standard or
+#: the vendor's docs prints: they authenticate nothing anyone owns. Exact strings only, as above.
+PUBLISHED_EXAMPLES: frozenset[str] = frozenset(fingerprint(v) for v in (
+    # RFC 7515 (JWS), appendix A.1: the HMAC key and the signed example.
+    "AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow",
+    "eyJ0eXAiOiJKV1QiLA0KICJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxl"
+    "LmNvbS9pc19yb290Ijp0cnVlfQ.dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+    # RFC 8032 (Ed25519), section 7.1: the secret keys of TEST 1, 2 and 3.
+    "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+    "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+    "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
+    # jwt.io's sample token (HS256, secret "your-256-bit-secret").
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    # The Azure Storage emulator's (Azurite's) fixed, documented account key.
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+))
+
+
+def audited(value: str) -> bool:
+    """An exact value the audited baseline or the published examples let through."""
+    digest = fingerprint(value)
+    return digest in AUDITED_EXAMPLES or digest in PUBLISHED_EXAMPLES
+
+
 # --- value checks -------------------------------------------------------------------------------
 
 
@@ -300,16 +325,18 @@ def _b64_pem_ok(value: str) -> bool:
 # the value is read only for a key that names a secret. A value never starts with "//" (skipping the "://"
 # of every URL, most separator hits in prose) nor with another separator (so "====" is not a candidate).
 _ASSIGNMENT = re.compile(
-    r"[:=][=>]?[ \t]{0,4}(?:(?P<q>[\"'`])(?P<qv>[^\s\"'`][^\n\"'`]{11})|(?P<v>(?!//)[^\s\"'`,;:=][^\s\"'`,;]{11}))",
+    r"[:=][=>]?[ \t]{0,4}(?:[bBrRuU]{0,2}(?P<q>[\"'`])(?P<qv>[^\s\"'`][^\n\"'`]{11})"  # b'…', r"…": literals too
+    r"|(?P<v>(?!//)[^\s\"'`,;:=][^\s\"'`,;]{11}))",
     re.ASCII,
 )
 _VALUE_REST = re.compile(r"[^\s\"'`,;]{0,244}", re.ASCII)
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _SECRET_WORD = re.compile(
-    r"(?i:pass|pwd|secret|token|api[_-]?key|access[_-]?key|auth[_-]?key|credential|private[_-]?key|license[_-]?key)",
+    r"(?i:pass|pwd|secret|token|api[_-]?key|access[_-]?key|auth[_-]?key|credential|private[_-]?key|license[_-]?key|"
+    r"insert[_-]?key|honeycomb[_-]team)",  # the last two: New Relic's and Honeycomb's ingest key headers
     re.ASCII,
 )
-_SECRET_WORD_HINTS = ("pass", "pwd", "secret", "token", "key", "credential")
+_SECRET_WORD_HINTS = ("pass", "pwd", "secret", "token", "key", "credential", "honeycomb-team", "honeycomb_team")
 # Key names that contain a secret word but name something else (a Secret's name, a file, a URL, a type).
 _NOT_SECRET_KEY = re.compile(
     r"(?:^|[_.-]|(?<=[a-z0-9])(?=[A-Z]))(?i:name|names|ref|file|path|url|uri|endpoint|type|kind|id|ids|dir|"
@@ -327,6 +354,8 @@ def _key_before(text: str, sep: int) -> str:
     low = max(0, sep - 72)
     end = sep
     while end > low and text[end - 1] in " \t":
+        end -= 1
+    if end > low and text[end - 1] == "]":  # a subscript: config['SECRET_KEY'] = …, env["TOKEN"]: …
         end -= 1
     if end > low and text[end - 1] in "\"'":
         end -= 1
@@ -567,10 +596,11 @@ class SpanSet:
         self._ends[i:j] = [end]
 
 
-def candidates(text: str, layers: bool = True) -> Iterator[tuple[str, int, int]]:
+def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
     """Every (kind, start, end) a rule confirms, provider rules first; spans may overlap across rules.
-    With ``layers``, also what `knowledge.core.scan_layers` finds in the structure and in decoded
-    layers (which are scanned without layers of their own)."""
+    With ``layers`` > 0, also what `knowledge.core.scan_layers` finds in the structure and in decoded
+    layers, each scanned with one layer fewer (a base64 ``.dockerconfigjson`` whose ``auth`` is
+    base64 again: two)."""
     vetoed = SpanSet()  # provider-format values their own rule rejected (a bad checksum, a masked body)
     for rule in RULES:
         for match in _matches(rule, text):
@@ -584,10 +614,10 @@ def candidates(text: str, layers: bool = True) -> Iterator[tuple[str, int, int]]
                 continue
             if rule.defers and vetoed.overlaps(*span):
                 continue  # a value in a known provider format is judged by that provider's rule alone
-            if fingerprint(text[span[0] : span[1]]) not in AUDITED_EXAMPLES:
+            if not audited(text[span[0] : span[1]]):
                 yield rule.kind, span[0], span[1]
     for start, end in _assignments(text):
-        if not vetoed.overlaps(start, end) and fingerprint(text[start:end]) not in AUDITED_EXAMPLES \
+        if not vetoed.overlaps(start, end) and not audited(text[start:end]) \
                 and not is_ciphertext_context(text, start, text[start:end]):
             yield "generic_secret", start, end
     if not layers:
@@ -595,11 +625,11 @@ def candidates(text: str, layers: bool = True) -> Iterator[tuple[str, int, int]]
     found: list[tuple[str, int, int]] = [
         *key_containers(text, _pem_body_ok, lambda v: _random_part(v, 4.0)),
         *keyed_values(text, looks_random),
-        *decoded_layers(text, lambda decoded: candidates(decoded, layers=False), looks_random),
+        *decoded_layers(text, lambda decoded: candidates(decoded, layers - 1), looks_random),
     ]
     for kind, start, end in found:
         value = text[start:end]
-        if vetoed.overlaps(start, end) or fingerprint(value) in AUDITED_EXAMPLES \
+        if vetoed.overlaps(start, end) or audited(value) \
                 or is_ciphertext_context(text, start, value):
             continue
         yield kind, start, end
