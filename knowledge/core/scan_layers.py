@@ -147,10 +147,12 @@ _ANCHORS = ("pass", "pw", "secret", "token", "key", "cred", "login", "sig=", "si
 # "password s3cr3t…" (netrc), "the password is s3cr3t…" — matched at an anchor: at most 40
 # characters to a verb, then the value after white space (an assignment's ``=``/``:`` is not here).
 _PROSE = re.compile(
-    rf"(?i:{_KEY_WORD})\b(?:[^\n.;:=]{{0,40}}?\b(?:is|was|are|were|use|using|set\s+to|to)\b)?[ \t`*\"']{{1,4}}"
+    rf"(?i:{_KEY_WORD})\b(?:(?:[^\n.;:=]|\.(?=\S)){{0,40}}?\b(?:is|was|are|were|use|using|set\s+to|to)\b)?"
+    r"[ \t`*\"']{1,4}"
     r"(?P<v>[^\s`\"'<>,;)]{12,256})", re.ASCII)
 _TRAILING = ",;:!?)]}*_`'\""
 _NAME_LIKE = re.compile(r"[a-z0-9]+(?:[-_./][a-z0-9]+)+|[A-Za-z0-9.-]+\.[a-z]{2,}(?:/\S*)?", re.ASCII)
+_PATH_PART = re.compile(r"/[a-z][a-z0-9-]{2,}(?:\.[a-z]{2,4})?/|\.(?:ya?ml|json|md|txt|conf|toml|ini)\b", re.ASCII)
 _HEADER_WORD = re.compile(rf"(?i:\b(?:{_KEY_WORD}|pass)s?\b)", re.ASCII)
 _TABLE_RULE = re.compile(r"[ \t]*\|[ \t:|-]+\|?[ \t]*")
 _XML_ELEMENT = re.compile(r"<(?P<k>[A-Za-z_:.-]{2,64})>(?P<v>[^<\s]{12,256})</(?P=k)>", re.ASCII)
@@ -169,7 +171,8 @@ def generated(value: str, random: Callable[[str, int], bool], min_len: int = 12)
     name in lower case with separators (``argocd-repo-server-tls``), a host or URL path, a relative
     path or a Markdown link, an elision."""
     return (random(value, min_len) and _NAME_LIKE.fullmatch(value) is None and "](" not in value
-            and not value.startswith(("/", "./", "../", "~", "--", "#")) and not value.endswith(".."))
+            and _PATH_PART.search(value) is None
+            and not value.startswith(("/", "./", "../", "~/", "--", "#")) and not value.endswith(".."))
 
 
 def _line(text: str, at: int) -> Span:
@@ -291,7 +294,7 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
         for match in _XML_ADD.finditer(text, *line):
             if (_HEADER_WORD.search(match["k"]) or _KEYISH.search(match["k"])) and generated(match["v"], random):
                 yield "xml_secret", *match.span("v")
-    if "+" in seg:
+    if "+" in seg or seg.rstrip().endswith(("(", "[")):
         for match in _CONCAT.finditer(text, line[0], min(len(text), line[1] + 1024)):  # may run over lines
             if _KEYISH.search(text, line[0], match.start()):
                 joined = "".join(m.group(2) for m in _LITERAL.finditer(match.group()))
@@ -305,7 +308,7 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
         for match in _USER_SLASH.finditer(text, *line):
             if generated(match["v"].rstrip(_TRAILING), random):
                 yield "generic_secret", match.start("v"), match.start("v") + len(match["v"].rstrip(_TRAILING))
-    if seg.rstrip().endswith(("?", ":")) and _HEADER_WORD.search(seg):
+    if seg.rstrip().endswith(("?", ":")) and (_HEADER_WORD.search(seg) or _CREDS.search(seg)):
         answer = _answer(text, line[1] + 1, random)
         if answer is not None:
             yield "generic_secret", *answer
