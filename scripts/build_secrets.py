@@ -1,6 +1,6 @@
 """Labelled documents for the ingest secret scan, by family and shape, with a check part of unseen shapes.
 
-    .venv/bin/python scripts/build_secrets.py [--out secrets.jsonl] [--seed 32] [--check]
+    .venv/bin/python scripts/build_secrets.py [--out secrets.jsonl] [--seed 32] [--check] [--heldout]
 
 Each record is ``{id, text, label, family, shape, part}``: a generated Markdown document of 300-3000 words of
 technical prose (headings, paragraphs, lists, tables, code fences) with one snippet of a known shape at a
@@ -8,12 +8,15 @@ random block, most often in the second half. ``label`` is ``secret`` for the fam
 ``file_format`` and ``placed`` (`secret_shapes`) and ``clean`` for ``ciphertext``, ``public_material``,
 ``documented_example``, ``placeholder`` and ``test_vector`` (`secret_shapes_clean`); ``shape`` names the
 template variant. The split is by shape: within each family the shapes whose SHA-256 ranks in the lowest 30%
-make the ``check`` part, so it holds only whole shapes the ``fit`` part never shows.
+make the ``check`` part, so it holds only whole shapes the ``fit`` part never shows. ``--heldout`` adds a third
+part, ``heldout``: every shape of `secret_shapes_heldout` (written after the check part was seen), whole and with
+no hash split, after the other records, which it leaves as they are; without the flag it is not built.
 
 Deterministic: every shape draws from its own ``random.Random(f"{seed}:{shape}")`` (a shape added later
 changes no other shape's records), and nothing else is random. ``--check`` builds twice and verifies that
 the output is identical, that every secret record holds its credential as written, and that no clean
-record holds a live-looking credential outside the documented examples.
+record holds a live-looking credential outside the documented examples (with ``--heldout``, the held-out
+records too, and that adding them changes no other record).
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from random import Random
 
 import secret_shapes  # noqa: F401  (registers the secret shapes)
 import secret_shapes_clean
+import secret_shapes_heldout  # (registers the held-out shapes: the heldout part, built only when asked)
 from secret_formats import CLEAN_FAMILIES, DOMAINS, SECRET_FAMILIES, SERVICES, SHAPES, Shape, base62
 
 PER_SHAPE = 8
 MIN_WORDS, MAX_WORDS = 300, 3000  # words per document, snippet included
 CHECK_SHARE = 0.3
+HELDOUT = "heldout"
 FAMILIES = SECRET_FAMILIES + CLEAN_FAMILIES
 
 # --- prose --------------------------------------------------------------------------------------------
@@ -182,33 +187,42 @@ def shape_hash(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()
 
 
+def heldout_shapes() -> set[str]:
+    """The shapes registered by `secret_shapes_heldout`: the heldout part, whole."""
+    return {s.name for s in SHAPES if s.make.__module__ == secret_shapes_heldout.__name__}
+
+
 def check_shapes() -> set[str]:
     """Per family, the shapes whose SHA-256 ranks in the lowest CHECK_SHARE: the check part."""
     held: set[str] = set()
+    extra = heldout_shapes()
     for family in FAMILIES:
-        names = sorted((s.name for s in SHAPES if s.family == family), key=shape_hash)
+        names = sorted((s.name for s in SHAPES if s.family == family and s.name not in extra), key=shape_hash)
         held.update(names[: max(1, round(len(names) * CHECK_SHARE))])
     return held
 
 
-def generate(seed: int = 32) -> list[tuple[dict[str, str], list[str]]]:
+def generate(seed: int = 32, heldout: bool = False) -> list[tuple[dict[str, str], list[str]]]:
     """Records with the needles of each secret record (its credential as written in the text)."""
-    held = check_shapes()
+    held, extra = check_shapes(), heldout_shapes()
     out = []
     for shp in SHAPES:
+        if shp.name in extra and not heldout:
+            continue
+        part = HELDOUT if shp.name in extra else "check" if shp.name in held else "fit"
         r = Random(f"{seed}:{shp.name}")
         for i in range(PER_SHAPE):
             made = shp.make(r)
             snippet, needles = made if isinstance(made, tuple) else (made, [])
             record = {"id": "sf-" + hashlib.sha256(f"{seed}:{shp.name}:{i}".encode()).hexdigest()[:10],
                       "text": compose(r, shp, snippet), "label": "secret" if shp.family in SECRET_FAMILIES else "clean",
-                      "family": shp.family, "shape": shp.name, "part": "check" if shp.name in held else "fit"}
+                      "family": shp.family, "shape": shp.name, "part": part}
             out.append((record, needles))
     return out
 
 
-def build(seed: int = 32) -> list[dict[str, str]]:
-    return [record for record, _ in generate(seed)]
+def build(seed: int = 32, heldout: bool = False) -> list[dict[str, str]]:
+    return [record for record, _ in generate(seed, heldout)]
 
 
 def filler(seed: int = 32, n: int = 40) -> list[str]:
@@ -237,6 +251,7 @@ LIVE = {
     "sentry dsn": re.compile(r"https://[0-9a-f]{32}@"),
     "provider prefix": re.compile(r"pypi-AgE|\.atlasv1\.|glc_[A-Za-z0-9+/]{20}|SG\.[\w-]{22}\.|AIza[\w-]{35}"),
 }
+DOCUMENTED = (*secret_shapes_clean.DOCUMENTED, *secret_shapes_heldout.DOCUMENTED)
 RFC7515_JWS_HEAD = "eyJ0eXAiOiJKV1QiLA0KICJhbGciOiJIUzI1NiJ9."
 
 
@@ -245,7 +260,7 @@ def live_in_clean(text: str) -> list[str]:
     for name, pattern in LIVE.items():
         for m in pattern.finditer(text):
             value = m.group(0)
-            if any(value in known or known in value for known in secret_shapes_clean.DOCUMENTED) or "EXAMPLE" in value:
+            if any(value in known or known in value for known in DOCUMENTED) or "EXAMPLE" in value:
                 continue
             if value.startswith(RFC7515_JWS_HEAD):
                 continue
@@ -255,11 +270,13 @@ def live_in_clean(text: str) -> list[str]:
     return found
 
 
-def self_check(seed: int) -> list[str]:
+def self_check(seed: int, heldout: bool = False) -> list[str]:
     problems = []
-    first = generate(seed)
-    if json.dumps([rec for rec, _ in first]) != json.dumps(build(seed)):
+    first = generate(seed, heldout)
+    if json.dumps([rec for rec, _ in first]) != json.dumps(build(seed, heldout)):
         problems.append("build is not deterministic")
+    if heldout and json.dumps([rec for rec, _ in first if rec["part"] != HELDOUT]) != json.dumps(build(seed)):
+        problems.append("the held-out part changes the other records")
     if json.dumps(build(seed + 1)[:3]) == json.dumps([rec for rec, _ in first][:3]):
         problems.append("the seed changes nothing")
     if len({rec["id"] for rec, _ in first}) != len(first):
@@ -279,7 +296,7 @@ def self_check(seed: int) -> list[str]:
                  for name in live_in_clean(doc)]
     for family in FAMILIES:
         parts = Counter(rec["part"] for rec, _ in first if rec["family"] == family)
-        if not parts["check"] or not parts["fit"]:
+        if not parts["check"] or not parts["fit"] or (heldout and not parts[HELDOUT]):
             problems.append(f"{family}: a part is empty ({dict(parts)})")
     return problems
 
@@ -289,26 +306,34 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the records here as JSON lines")
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--check", action="store_true", help="verify determinism, credentials and clean records")
+    parser.add_argument("--heldout", action="store_true", help="add the heldout part (secret_shapes_heldout)")
     args = parser.parse_args()
-    records = build(args.seed)
+    records = build(args.seed, args.heldout)
+    extra = heldout_shapes()
+    shown = [s for s in SHAPES if args.heldout or s.name not in extra]
     if args.out:
         with args.out.open("w", encoding="utf-8") as out:
             out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     counts = Counter((rec["part"], rec["family"]) for rec in records)
-    shapes = Counter((s.family, "check" if s.name in check_shapes() else "fit") for s in SHAPES)
-    print(f"{len(records)} records, {len(SHAPES)} shapes, seed {args.seed}" + (f" -> {args.out}" if args.out else ""))
-    print(f"{'family':<20}{'label':<8}{'fit':>6}{'check':>7}   shapes fit/check")
+    shapes = Counter((s.family, HELDOUT if s.name in extra else "check" if s.name in check_shapes() else "fit")
+                     for s in shown)
+    print(f"{len(records)} records, {len(shown)} shapes, seed {args.seed}" + (f" -> {args.out}" if args.out else ""))
+    print(f"{'family':<20}{'label':<8}{'fit':>6}{'check':>7}" + (f"{HELDOUT:>9}" if args.heldout else "")
+          + "   shapes fit/check" + (f"/{HELDOUT}" if args.heldout else ""))
     for family in FAMILIES:
         label = "secret" if family in SECRET_FAMILIES else "clean"
-        print(f"{family:<20}{label:<8}{counts['fit', family]:>6}{counts['check', family]:>7}   "
-              f"{shapes[family, 'fit']}/{shapes[family, 'check']}")
+        print(f"{family:<20}{label:<8}{counts['fit', family]:>6}{counts['check', family]:>7}"
+              + (f"{counts[HELDOUT, family]:>9}" if args.heldout else "") + "   "
+              f"{shapes[family, 'fit']}/{shapes[family, 'check']}"
+              + (f"/{shapes[family, HELDOUT]}" if args.heldout else ""))
     words = [len(rec["text"].split()) for rec in records]
     print(f"words per document: min {min(words)}, mean {sum(words) / len(words):.0f}, max {max(words)}")
-    at = sorted(rec["text"].index(needles[0]) / len(rec["text"]) for rec, needles in generate(args.seed) if needles)
+    at = sorted(rec["text"].index(needles[0]) / len(rec["text"])
+                for rec, needles in generate(args.seed, args.heldout) if needles)
     print(f"where the credential starts in a secret document (share of its length): quartiles "
           f"{at[len(at) // 4]:.2f} / {at[len(at) // 2]:.2f} / {at[3 * len(at) // 4]:.2f}")
     if args.check:
-        problems = self_check(args.seed)
+        problems = self_check(args.seed, args.heldout)
         for problem in problems:
             print("PROBLEM:", problem)
         print("self-check:", "ok" if not problems else f"{len(problems)} problems")

@@ -1,14 +1,15 @@
 """Recall and false refusals of the ingest secret scan per family, on generated documents of unseen shapes.
 
-    .venv/bin/python scripts/eval_secret_families.py [--seed 32] [--misses FAMILY ...]
+    .venv/bin/python scripts/eval_secret_families.py [--seed 32] [--heldout] [--misses FAMILY ...]
 
 Runs `knowledge.core.scan.find_secrets` in process over the records of scripts/build_secrets.py (a
 non-empty result is a refusal). For each part (``fit``: the shapes the scan may be tuned on; ``check``:
 whole shapes held out) and family it prints the records and how many were caught (secret families) or
-refused (clean families), then recall and the false-refusal rate per part, the mean scan time per record,
-and a control: the same generated prose with no snippet, which must never be refused. ``--misses FAMILY``
-(or ``all``) lists the shapes whose records were missed or falsely refused, with counts and, for false
-refusals, the finding kinds; never the texts.
+refused (clean families), then recall and the false-refusal rate per part (``--heldout`` adds the part
+``heldout``: the shapes of scripts/secret_shapes_heldout.py, written after the check part was seen), the
+mean scan time per record, and a control: the same generated prose with no snippet, which must never be
+refused. ``--misses FAMILY`` (or ``all``) lists the shapes whose records were missed or falsely refused,
+with counts and, for false refusals, the finding kinds; never the texts.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from build_secrets import FAMILIES, PER_SHAPE, build, filler  # noqa: E402  (scripts/ is on sys.path: this file's folder)
+from build_secrets import FAMILIES, HELDOUT, PER_SHAPE, build, filler  # noqa: E402  (scripts/ is on sys.path: this file's folder)
 from secret_formats import SECRET_FAMILIES  # noqa: E402
 
 from knowledge.core.scan import SECRET_SCAN_VERSION, find_secrets  # noqa: E402
@@ -39,10 +40,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--misses", nargs="+", metavar="FAMILY", choices=(*FAMILIES, "all"), default=[],
                         help="list the shapes missed or falsely refused in these families ('all': every family)")
+    parser.add_argument("--heldout", action="store_true", help="add the heldout part (secret_shapes_heldout)")
     args = parser.parse_args()
+    parts = (*PARTS, HELDOUT) if args.heldout else PARTS
+    col = 9 if args.heldout else 7  # the part column
 
     started = time.perf_counter()
-    records = build(args.seed)
+    records = build(args.seed, args.heldout)
     built = time.perf_counter() - started
 
     refused: dict[str, list[str]] = {}
@@ -69,18 +73,18 @@ def main() -> int:
     size = sum(len(r["text"]) for r in records) / len(records)
     print(f"find_secrets ({SECRET_SCAN_VERSION}) on {len(records)} generated documents (seed {args.seed}, "
           f"built in {built:.1f} s, mean {size / 1000:.1f} k characters)")
-    print(f"{'part':<7}{'family':<20}{'label':<8}{'records':>8}  {'caught/refused':>14}  {'share':>6}")
-    for part in PARTS:
+    print(f"{'part':<{col}}{'family':<20}{'label':<8}{'records':>8}  {'caught/refused':>14}  {'share':>6}")
+    for part in parts:
         for family in FAMILIES:
             label = "secret" if family in SECRET_FAMILIES else "clean"
             verb = "caught" if label == "secret" else "refused"
             n, k = total[part, family], flagged[part, family]
-            print(f"{part:<7}{family:<20}{label:<8}{n:>8}  {f'{k} {verb}':>14}  {share(k, n):>6}")
+            print(f"{part:<{col}}{family:<20}{label:<8}{n:>8}  {f'{k} {verb}':>14}  {share(k, n):>6}")
         secrets = sum(total[part, f] for f in SECRET_FAMILIES)
         caught = sum(flagged[part, f] for f in SECRET_FAMILIES)
         cleans = sum(total[part, f] for f in FAMILIES if f not in SECRET_FAMILIES)
         false = sum(flagged[part, f] for f in FAMILIES if f not in SECRET_FAMILIES)
-        print(f"{part:<7}recall {share(caught, secrets)} ({caught}/{secrets}), "
+        print(f"{part:<{col}}recall {share(caught, secrets)} ({caught}/{secrets}), "
               f"false-refusal rate {share(false, cleans)} ({false}/{cleans})\n")
     print(f"scan time: mean {scanning / len(records) * 1000:.2f} ms per record ({scanning:.2f} s in all)")
     control = filler(args.seed)
@@ -90,12 +94,12 @@ def main() -> int:
     chosen = FAMILIES if "all" in args.misses else tuple(f for f in FAMILIES if f in args.misses)
     for family in chosen:
         what = "missed" if family in SECRET_FAMILIES else "falsely refused"
-        rows = sorted((shape, parts) for (fam, shape), parts in wrong.items() if fam == family)
+        rows = sorted((shape, by_part) for (fam, shape), by_part in wrong.items() if fam == family)
         print(f"\n{family}: shapes {what} (records of {PER_SHAPE} per shape, by part)")
         if not rows:
             print("  none")
-        for shape, parts in rows:
-            counts = ", ".join(f"{part} {parts[part]}" for part in PARTS if parts[part])
+        for shape, wrong_by_part in rows:
+            counts = ", ".join(f"{part} {wrong_by_part[part]}" for part in parts if wrong_by_part[part])
             found = ", ".join(f"{kind} x{n}" for kind, n in kinds[family, shape].most_common())
             print(f"  {shape:<44}{counts}" + (f"   [{found}]" if found else ""))
     return 0
