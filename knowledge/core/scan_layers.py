@@ -341,16 +341,30 @@ def key_containers(text: str, body_ok: Callable[[str], bool], part_ok: Callable[
 
 # --- ciphertext -----------------------------------------------------------------------------------
 
-_CIPHERTEXT_KEYS = ("encryptedData", "sops", "encrypted_data")
+_CIPHERTEXT_KEYS = ("encryptedData", "sops", "encrypted_data", "ciphertext", "CiphertextBlob", "encrypted_value",
+                    "encryptedValue", "cipher_text", "EncryptedData", "CipherValue")
+# How encryption tools mark what they wrote: SOPS and hiera-eyaml (``ENC[…]``), Jasypt (``ENC(…)``),
+# Spring Cloud Config (``{cipher}``), Vault transit (``vault:v1:``), Ansible Vault, AWS KMS ciphertext
+# blobs (base64 of a KMS envelope: ``AQICAH``/``AQIBAH``/``AQIDAH``), XML encryption's CipherValue.
+_CIPHER_PREFIX = ("ENC[", "ENC(", "{cipher}", "vault:v", "$ANSIBLE_VAULT", "AQICAH", "AQIBAH", "AQIDAH")
+_CIPHER_MARK = re.compile(r"\$ANSIBLE_VAULT;|!vault\b|<CipherValue>|-----BEGIN (?:PGP|AGE ENCRYPTED)|"
+                          r"\bkind:\s*SealedSecret\b|ENC\[(?:AES256_GCM|PKCS7)", re.ASCII)
 _INDENT = re.compile(r"[ \t]*")
 
 
 def is_ciphertext_context(text: str, start: int, value: str) -> bool:
-    """``value`` at ``start`` is committed ciphertext: a SOPS ``ENC[`` value, or a value nested under
-    a Sealed Secret's ``encryptedData:`` (or SOPS's ``sops:``) in YAML."""
-    if value.startswith("ENC[") or text.startswith("ENC[", start):
+    """``value`` at ``start`` is committed ciphertext, not a credential: it carries an encryption
+    tool's mark (`_CIPHER_PREFIX`), the few lines before it do (an Ansible ``!vault |`` block, an
+    XML ``<CipherValue>``, a PGP or age armor), or it is nested under a key that holds ciphertext
+    in YAML (a Sealed Secret's ``encryptedData:``, SOPS's ``sops:``, `_CIPHERTEXT_KEYS`)."""
+    if value.lstrip("\"'").startswith(_CIPHER_PREFIX) or text.startswith(_CIPHER_PREFIX, start):
+        return True
+    window = text.rfind("\n", 0, max(0, text.rfind("\n", 0, max(0, text.rfind("\n", 0, start))))) + 1
+    if _CIPHER_MARK.search(text, window, start) is not None:
         return True
     line_start = text.rfind("\n", 0, start) + 1
+    if any(key in text[line_start:start] for key in _CIPHERTEXT_KEYS):  # "ciphertext": "…" on its own line
+        return True
     indent = len(_INDENT.match(text, line_start).group())  # type: ignore[union-attr]
     pos, seen = line_start, 0
     while pos > 0 and seen < 200:
@@ -362,7 +376,7 @@ def is_ciphertext_context(text: str, start: int, value: str) -> bool:
         here = len(_INDENT.match(line).group())  # type: ignore[union-attr]
         if here < indent:
             key = line.strip().split(":", 1)[0].strip("\"' -")
-            if key in _CIPHERTEXT_KEYS:
+            if key in _CIPHERTEXT_KEYS or _CIPHER_MARK.search(line) is not None:
                 return True
             indent = here
             if here == 0:

@@ -59,6 +59,12 @@ CLEAN = {
                   "RsTuv=,tag:Zx8Qw3Er5Ty7Ui9Op1As==,type:str]",
     "sealed secret": "kind: SealedSecret\nspec:\n  encryptedData:\n    password: AgBy3i4OJSWK+PiTySYZZA9rO43cGDEq"
                      + _random(300, string.ascii_letters + string.digits + "+/") + "\n",
+    "ansible vault inline": "db_password: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  " + "\n  ".join(
+        _random(80, "0123456789abcdef") for _ in range(5)) + "\n",
+    "jasypt": f"spring.datasource.password=ENC({B64(_RNG.randbytes(48)).decode()})",
+    "spring cloud config cipher": f"password: '{{cipher}}{_random(120, string.hexdigits.lower())}'",
+    "vault transit": f"api_token: vault:v1:{B64(_RNG.randbytes(40)).decode()}",
+    "kms ciphertext blob": '{"CiphertextBlob": "AQICAHh' + B64(_RNG.randbytes(120)).decode() + '"}',
     "a name after a secret's word": "Create the cluster secret declaratively with the argocd-repo-server-tls name.",
     "a path after a secret's word": "--password secret --tls-client-cert-path ~/mycert.crt",
     "a link after a secret's word": "a local [cluster secret declaratively](../declarative-setup.md#clusters)",
