@@ -326,9 +326,20 @@ _PUTTY = re.compile(r"PuTTY-User-Key-File-[0-9]+:[^\n]*\n(?:[^\n]*\n){0,40}?Priv
 _AGE = re.compile(r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}(?![A-Z0-9])", re.ASCII)
 
 
-def key_containers(text: str, body_ok: Callable[[str], bool], part_ok: Callable[[str], bool]
-                   ) -> Iterator[tuple[str, int, int]]:
-    """PuTTY private lines that hold key material, and age secret keys."""
+# A PostgreSQL password file's line: hostname:port:database:username:password (``*`` for any field).
+_PGPASS_LINE = re.compile(r"\n[ \t]*[^:\s#]{1,253}:(?:[0-9]{1,5}|\*):[^:\s]{1,63}:[^:\s]{1,63}:"
+                          r"(?P<v>[^\s]{8,256})[ \t]*(?=\n|$)", re.ASCII)
+
+
+def key_containers(text: str, body_ok: Callable[[str], bool], part_ok: Callable[[str], bool],
+                   random: Callable[[str, int], bool] | None = None) -> Iterator[tuple[str, int, int]]:
+    """PuTTY private lines that hold key material, age secret keys, and the passwords of a
+    PostgreSQL password file's lines (where the text names the file: ``pgpass``)."""
+    if random is not None and "pgpass" in text.lower():
+        for match in _PGPASS_LINE.finditer("\n" + text):
+            value = match["v"].replace("\\:", ":")
+            if random(value, 8):
+                yield "pgpass_password", match.start("v") - 1, match.end("v") - 1
     for match in _PUTTY.finditer(text):
         lines = text[match.end():].split("\n", int(match["n"]))[: int(match["n"])]
         body = "\n".join(lines)

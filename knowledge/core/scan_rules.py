@@ -349,6 +349,10 @@ _NOT_SECRET_KEY = re.compile(
 _ETCD_SIMPLE_TOKEN = re.compile(r"[A-Za-z]{16}\.[0-9]+", re.ASCII)
 
 
+#: What ``django-admin startproject`` puts before the SECRET_KEY it generates.
+_DJANGO_DEV_PREFIX = "django-insecure-"
+
+
 def _key_before(text: str, sep: int) -> str:
     """The key name ending just before a separator: ``DB_PASSWORD``, ``"password"``, ``clientSecret``."""
     low = max(0, sep - 72)
@@ -389,10 +393,11 @@ def _assignments(text: str) -> Iterator[Span]:
             rest = _VALUE_REST.match(text, start + 12)
             end = rest.end() if rest is not None else start + 12
         value = text[start:end]
-        if _written(value) or _ETCD_SIMPLE_TOKEN.fullmatch(value):
+        judged = value.removeprefix(_DJANGO_DEV_PREFIX)  # Django marks its generated dev keys; still keys
+        if _written(judged) or _ETCD_SIMPLE_TOKEN.fullmatch(value):
             continue
         pos = max(pos, end)
-        if looks_random(value):
+        if looks_random(judged):
             yield start, end
 
 
@@ -623,7 +628,7 @@ def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
     if not layers:
         return
     found: list[tuple[str, int, int]] = [
-        *key_containers(text, _pem_body_ok, lambda v: _random_part(v, 4.0)),
+        *key_containers(text, _pem_body_ok, lambda v: _random_part(v, 4.0), looks_random),
         *keyed_values(text, looks_random),
         *decoded_layers(text, lambda decoded: candidates(decoded, layers - 1), looks_random),
     ]

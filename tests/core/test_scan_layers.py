@@ -52,6 +52,9 @@ SECRETS = {
     "putty key": "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: ci\nPublic-Lines: 2\n"
                  f"AAAAC3NzaC1lZDI1NTE5AAAAI{_random(40)}\nPrivate-Lines: 1\nAAAAI{_random(43)}\n"
                  f"Private-MAC: {_random(64, '0123456789abcdef')}\n",
+    "pgpass lines": f"# ~/.pgpass\ndb.internal:5432:orders:app:{PW}\n*:*:*:replicator:{_random(24)}\n",
+    "django dev key": "SECRET_KEY = 'django-insecure-"
+                      + _random(50, string.ascii_lowercase + string.digits + "!@#$%^&*(-_=+)") + "'",
     "age secret key": "AGE-SECRET-KEY-1" + _random(58, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L"),
 }
 CLEAN = {
@@ -69,6 +72,7 @@ CLEAN = {
     "a path after a secret's word": "--password secret --tls-client-cert-path ~/mycert.crt",
     "a link after a secret's word": "a local [cluster secret declaratively](../declarative-setup.md#clusters)",
     "table of secret names": "| component | secret |\n|---|---|\n| repo | `argocd-repo-server-tls` |\n",
+    "pgpass with default passwords": "# ~/.pgpass\nlocalhost:5432:*:postgres:postgres\n*:*:*:app:changeme\n",
     "base64 of words": "token: " + B64(b"see the vault entry for the real one").decode(),
 }
 
