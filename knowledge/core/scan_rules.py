@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from knowledge.core.scan_layers import (
+    LAYER_LITERALS,
+    LAYER_WORDS,
     decoded_layers,
     is_ciphertext_context,
     key_containers,
     keyed_values,
 )
+from knowledge.core.scan_marks import Literals, Marks
 
 Span = tuple[int, int]
 
@@ -369,19 +372,42 @@ def _key_before(text: str, sep: int) -> str:
     return text[start:end]
 
 
-def _assignments(text: str) -> Iterator[Span]:
+def _separators(text: str, marks: Marks) -> list[int]:
+    """Offsets of the separators that follow a key holding a secret's word: from each word, over the rest
+    of its key, a closing quote, a subscript's ``]`` and blanks (what `_key_before` steps back over)."""
+    seps: set[int] = set()
+    end_of_text = len(text)
+    for at in marks.at(*_SECRET_WORD_HINTS):
+        end = at
+        while end < end_of_text and text[end] in _KEY_CHARS:
+            end += 1
+        if end < end_of_text and text[end] in "\"'":
+            end += 1
+        if end < end_of_text and text[end] == "]":
+            end += 1
+        while end < end_of_text and text[end] in " \t":
+            end += 1
+        if end < end_of_text and text[end] in ":=":
+            seps.add(end)
+    return sorted(seps)
+
+
+def _assignments(text: str, marks: Marks) -> Iterator[Span]:
     """``<key naming a secret> [:=] <generated-looking value>``, as in .env, YAML, INI, JSON and shell.
 
-    Assignments may nest (``//host/:_authToken=…`` holds a second separator inside the first candidate), so
-    the search resumes one character on; but once a value was weighed in full, separators inside it are
-    skipped, which keeps hostile input ("k9pwd=k9pwd=…") linear.
+    Tried at the separators after a secret's word only (`_separators`): a separator-first search costs a
+    pass that stops at every ``:`` and ``=``. Assignments may nest (``//host/:_authToken=…`` holds a
+    second separator inside the first candidate); but once a value was weighed in full, separators
+    inside it are skipped, which keeps hostile input ("k9pwd=k9pwd=…") linear.
     """
     pos = 0
-    while (match := _ASSIGNMENT.search(text, pos)) is not None:
-        pos = match.start() + 1
-        key = _key_before(text, match.start())
+    for sep in _separators(text, marks):
+        if sep < pos or (match := _ASSIGNMENT.match(text, sep)) is None:
+            continue
+        pos = sep + 1
+        key = _key_before(text, sep)
         if not any(word in key.lower() for word in _SECRET_WORD_HINTS):
-            continue  # the cheap, common exit
+            continue  # the key's word lies more than 72 characters before its separator
         if _SECRET_WORD.search(key) is None or _NOT_SECRET_KEY.search(key):
             continue
         quote = match["q"]
@@ -409,6 +435,9 @@ class Rule:
     """One credential format: ``pattern`` finds candidates, ``confirm`` returns the credential's span or None."""
 
     kind: str
+    # The literals a match starts with (`knowledge.core.scan_marks` finds them all in one pass); the pattern is
+    # tried only where one of them is.
+    starts: tuple[str, ...]
     pattern: re.Pattern[str]
     confirm: Callable[[re.Match[str]], Span | None]
     # A provider prefix must start a token: "AIza" inside a certificate's base64 body is not a Google key.
@@ -416,25 +445,24 @@ class Rule:
     # A free-form rule (URL passwords, assignments) stays silent on a value a provider rule already rejected.
     defers: bool = False
     # For a pattern that reads a whole run of characters after its literal prefix and can still fail at the
-    # run's end: (prefix, run). A failed attempt at one prefix fails at every later one inside the same run,
-    # so `_matches` skips them; ``re`` re-reads the rest of the run from each, quadratically ("eyJ" * 100_000).
-    run: tuple[str, re.Pattern[str]] | None = None
+    # run's end: the run (its alphabet holds the literal). A failed attempt at one start fails at every later one
+    # inside the same run, so `_matches` skips them; ``re`` re-reads the rest of the run from each, quadratically
+    # ("eyJ" * 100_000).
+    run: re.Pattern[str] | None = None
 
 
-def _matches(rule: Rule, text: str) -> Iterator[re.Match[str]]:
-    """Exactly ``rule.pattern.finditer(text)``; with ``rule.run``, in linear time."""
-    if rule.run is None:
-        yield from rule.pattern.finditer(text)
-        return
-    prefix, run = rule.run
+def _matches(rule: Rule, text: str, marks: Marks) -> Iterator[re.Match[str]]:
+    """Exactly ``rule.pattern.finditer(text)``, tried only at the rule's literals, in linear time."""
     pos = 0
-    while (start := text.find(prefix, pos)) >= 0:
+    for start in marks.at(*rule.starts):
+        if start < pos:
+            continue
         match = rule.pattern.match(text, start)
         if match is not None:
             yield match
             pos = match.end()
-        else:
-            span = run.match(text, start)
+        elif rule.run is not None:
+            span = rule.run.match(text, start)
             pos = max(start + 1, span.end() if span is not None else 0)
 
 
@@ -484,98 +512,113 @@ def _token(pattern: str) -> re.Pattern[str]:
 # Provider rules come first: where spans overlap, the first rule's finding is the one reported.
 # One rule per literal prefix, because a leading character class costs `re` its fast literal search.
 RULES: tuple[Rule, ...] = (
-    Rule("private_key", _PEM_PRIVATE, _pem_block, bounded=False),
+    Rule("private_key", ("-----BEGIN",), _PEM_PRIVATE, _pem_block, bounded=False),
     Rule(  # base64 of "-----BEGIN"; fails only where the run is short or ends at "_"/"-": so do later starts in it
-        "private_key",
+        "private_key", ("LS0tLS1CRUdJTi",),
         _token(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{40,}={0,2}"),
         _value(_b64_pem_ok),
-        run=("LS0tLS1CRUdJTi", re.compile(r"[A-Za-z0-9+/]*")),
+        run=re.compile(r"[A-Za-z0-9+/]*"),
     ),
-    Rule("github_token", _token(r"gh[pousr]_[A-Za-z0-9]{36}"), _value(lambda v: _crc32_suffix_ok(v[4:]))),
     Rule(
-        "github_token",
+        "github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        _token(r"gh[pousr]_[A-Za-z0-9]{36}"),
+        _value(lambda v: _crc32_suffix_ok(v[4:])),
+    ),
+    Rule(
+        "github_token", ("github_pat_",),
         _token(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}"),
         _value(lambda v: _random_part(v[11:], 4.0)),
     ),
-    Rule("npm_token", _token(r"npm_[A-Za-z0-9]{36}"), _value(lambda v: _crc32_suffix_ok(v[4:]))),
+    Rule("npm_token", ("npm_",), _token(r"npm_[A-Za-z0-9]{36}"), _value(lambda v: _crc32_suffix_ok(v[4:]))),
     Rule(
-        "gitlab_token",
+        "gitlab_token", ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-", "glcbt-"),
         _token(r"gl(?:pat|dt|rt|ptt|soat|cbt)-[A-Za-z0-9_-]{20,}"),
         _value(lambda v: _random_part(v.split("-", 1)[1])),
     ),
     Rule(
-        "slack_token",
+        "slack_token", ("xox",),
         _token(r"xox[abposre]-(?:[0-9]{6,16}-){1,3}[A-Za-z0-9]{16,64}"),
         _value(lambda v: _slack_ok(v[5:])),
     ),
     Rule(
-        "slack_token",
+        "slack_token", ("xapp-",),
         _token(r"xapp-[0-9]-[A-Z0-9]{6,16}-[0-9]{6,16}-[a-f0-9]{32,80}"),
         _value(lambda v: _random_part(v[-32:])),
     ),
     Rule(
-        "slack_webhook",
+        "slack_webhook", ("hooks.slack.com/",),
         re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9_/]{20,})" + _END, re.ASCII),
         _value(_tail_ok),
     ),
-    Rule("stripe_key", _token(r"sk_live_[A-Za-z0-9]{20,}"), _value(lambda v: _random_part(v[8:]))),
-    Rule("stripe_key", _token(r"rk_live_[A-Za-z0-9]{20,}"), _value(lambda v: _random_part(v[8:]))),
-    Rule("google_api_key", _token(r"AIza[A-Za-z0-9_-]{35}"), _value(lambda v: _random_part(v[4:]))),
-    Rule("aws_access_key", _token(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}"), _value(lambda v: _random_part(v[4:], 2.5))),
+    Rule("stripe_key", ("sk_live_",), _token(r"sk_live_[A-Za-z0-9]{20,}"), _value(lambda v: _random_part(v[8:]))),
+    Rule("stripe_key", ("rk_live_",), _token(r"rk_live_[A-Za-z0-9]{20,}"), _value(lambda v: _random_part(v[8:]))),
+    Rule("google_api_key", ("AIza",), _token(r"AIza[A-Za-z0-9_-]{35}"), _value(lambda v: _random_part(v[4:]))),
     Rule(
-        "azure_storage_key",
+        "aws_access_key", ("AKIA", "ASIA", "ABIA", "ACCA"),
+        _token(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}"),
+        _value(lambda v: _random_part(v[4:], 2.5)),
+    ),
+    Rule(
+        "azure_storage_key", ("AccountKey=",),
         re.compile(r"AccountKey=(?P<v>[A-Za-z0-9+/]{86}==)", re.ASCII),
         _value(lambda v: _random_part(v, 4.5)),
         bounded=False,
     ),
     Rule(
-        "azure_shared_access_key",
+        "azure_shared_access_key", ("SharedAccessKey=",),
         re.compile(r"SharedAccessKey=(?P<v>[A-Za-z0-9+/]{43}=)", re.ASCII),
         _value(lambda v: _random_part(v, 3.8)),
         bounded=False,
     ),
-    Rule("pypi_token", _token(r"pypi-AgE[A-Za-z0-9_-]{50,}"), _value(lambda v: _random_part(v[8:], 4.0))),
     Rule(
-        "anthropic_api_key",
+        "pypi_token", ("pypi-AgE",),
+        _token(r"pypi-AgE[A-Za-z0-9_-]{50,}"),
+        _value(lambda v: _random_part(v[8:], 4.0)),
+    ),
+    Rule(
+        "anthropic_api_key", ("sk-ant-",),
         _token(r"sk-ant-[a-z]{3,8}[0-9]{2}-[A-Za-z0-9_-]{80,}"),
         _value(lambda v: _random_part(v[14:], 4.0)),
     ),
-    Rule("openai_api_key", _token(r"sk-[A-Za-z0-9_-]{32,}"), _value(_openai_ok)),
+    Rule("openai_api_key", ("sk-",), _token(r"sk-[A-Za-z0-9_-]{32,}"), _value(_openai_ok)),
     Rule(
-        "sendgrid_api_key",
+        "sendgrid_api_key", ("SG.",),
         _token(r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
         _value(lambda v: _random_part(v[3:], 4.0)),
     ),
-    Rule("huggingface_token", _token(r"hf_[A-Za-z0-9]{34}"), _value(lambda v: _random_part(v[3:], 3.5))),
+    Rule("huggingface_token", ("hf_",), _token(r"hf_[A-Za-z0-9]{34}"), _value(lambda v: _random_part(v[3:], 3.5))),
     Rule(
-        "twilio_credentials",
+        "twilio_credentials", ("AC",),
         re.compile(r"AC[0-9a-f]{32}:(?P<v>[0-9a-f]{32})" + _END, re.ASCII),  # account SID : auth token
         _value(lambda v: _random_part(v, 2.7)),
     ),
     Rule(
-        "twilio_credentials",
+        "twilio_credentials", ("SK",),
         re.compile(r"SK[0-9a-fA-F]{32}:(?P<v>[A-Za-z0-9]{32})" + _END, re.ASCII),  # API key SID : its secret
         _value(_random_part),
     ),
     Rule(  # the header is the run up to its ".", and what must follow it is the same for every start in that run
-        "jwt",
+        "jwt", ("eyJ",),
         _token(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}"),
         _value(_jwt_ok),
-        run=("eyJ", re.compile(r"[A-Za-z0-9_-]*")),
+        run=re.compile(r"[A-Za-z0-9_-]*"),
     ),
     Rule(
-        "url_password",
+        "url_password", ("://",),
         re.compile(r"://[^\s:/@\"'`<>]{0,128}:(?P<v>[^\s/@\"'`<>]{1,256})@", re.ASCII),
         _value(lambda v: looks_random(v, 8)),
         bounded=False,
         defers=True,
     ),
     Rule(
-        "basic_auth_header",
+        "basic_auth_header", ("Basic ",),
         re.compile(r"Basic (?P<v>[A-Za-z0-9+/]{12,}={0,2})" + _END, re.ASCII),
         _value(_basic_auth_ok),
     ),
 )
+
+_CASED = Literals([*(start for rule in RULES for start in rule.starts), *LAYER_LITERALS])
+_WORDS = Literals([*_SECRET_WORD_HINTS, *LAYER_WORDS])
 
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
@@ -606,9 +649,12 @@ def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
     With ``layers`` > 0, also what `knowledge.core.scan_layers` finds in the structure and in decoded
     layers, each scanned with one layer fewer (a base64 ``.dockerconfigjson`` whose ``auth`` is
     base64 again: two)."""
+    marks = Marks(text, _CASED, _WORDS)
     vetoed = SpanSet()  # provider-format values their own rule rejected (a bad checksum, a masked body)
     for rule in RULES:
-        for match in _matches(rule, text):
+        if not marks.has(*rule.starts):
+            continue
+        for match in _matches(rule, text, marks):
             start = match.start()
             if rule.bounded and start > 0 and text[start - 1] in _WORD_CHARS:
                 continue
@@ -621,16 +667,16 @@ def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
                 continue  # a value in a known provider format is judged by that provider's rule alone
             if not audited(text[span[0] : span[1]]):
                 yield rule.kind, span[0], span[1]
-    for start, end in _assignments(text):
+    for start, end in _assignments(text, marks):
         if not vetoed.overlaps(start, end) and not audited(text[start:end]) \
                 and not is_ciphertext_context(text, start, text[start:end]):
             yield "generic_secret", start, end
     if not layers:
         return
     found: list[tuple[str, int, int]] = [
-        *key_containers(text, _pem_body_ok, lambda v: _random_part(v, 4.0), looks_random),
-        *keyed_values(text, looks_random),
-        *decoded_layers(text, lambda decoded: candidates(decoded, layers - 1), looks_random),
+        *key_containers(text, marks, _pem_body_ok, lambda v: _random_part(v, 4.0), looks_random),
+        *keyed_values(text, marks, looks_random),
+        *decoded_layers(text, marks, lambda decoded: candidates(decoded, layers - 1), looks_random),
     ]
     for kind, start, end in found:
         value = text[start:end]

@@ -55,7 +55,8 @@ from knowledge.core.normalize import normalize
 from knowledge.core.prepare import PreparedDocument, prepare
 from knowledge.core.render import parse_knowledge_block, render_knowledge_block
 from knowledge.core.scan import _html_comments, find_secrets, is_instruction_like
-from knowledge.core.scan_rules import RULES, _matches
+from knowledge.core.scan_marks import Marks
+from knowledge.core.scan_rules import _ASSIGNMENT, _CASED, _WORDS, RULES, _assignments, _matches
 from knowledge.errors import ExtractionRefused, IngestRefused
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.vocabulary import Structure
@@ -523,9 +524,62 @@ def test_rewrites_agree_with_the_regexes_they_replace(text: str) -> None:
             old_paragraphs.append((start, end))
     assert paragraphs == old_paragraphs
     assert list(_html_comments(text)) == OLD_HTML_COMMENT.findall(text)
+    marks = Marks(text, _CASED, _WORDS)
     for rule in RULES:
-        if rule.run is not None:
-            assert [m.span() for m in _matches(rule, text)] == [m.span() for m in rule.pattern.finditer(text)]
+        assert [m.span() for m in _matches(rule, text, marks)] == [m.span() for m in rule.pattern.finditer(text)]
+
+
+def old_assignments(text: str) -> list[tuple[int, int]]:
+    """The separator-first search `_assignments` replaced: the same checks, at every ``:`` and ``=``."""
+    from knowledge.core import scan_rules as r
+
+    found, pos = [], 0
+    while (match := _ASSIGNMENT.search(text, pos)) is not None:
+        pos = match.start() + 1
+        key = r._key_before(text, match.start())
+        if not any(word in key.lower() for word in r._SECRET_WORD_HINTS):
+            continue
+        if r._SECRET_WORD.search(key) is None or r._NOT_SECRET_KEY.search(key):
+            continue
+        quote = match["q"]
+        start = match.start("qv" if quote else "v")
+        close = text.find(quote, start, start + 257) if quote else -1
+        if close > start and "\n" not in text[start:close]:
+            end = close
+        else:
+            rest = r._VALUE_REST.match(text, start + 12)
+            end = rest.end() if rest is not None else start + 12
+        value = text[start:end]
+        judged = value.removeprefix(r._DJANGO_DEV_PREFIX)
+        if r._written(judged) or r._ETCD_SIMPLE_TOKEN.fullmatch(value):
+            continue
+        pos = max(pos, end)
+        if r.looks_random(judged):
+            found.append((start, end))
+    return found
+
+
+_ASSIGNMENT_PARTS = st.sampled_from([
+    "password", "DB_PASSWORD", "apiKey", "secret_key", "Token", "x" * 70, "pwd", "credentials", "honeycomb-team",
+    "name", "_file", "=", ":", "==", "=>", " ", "\t", "\n", "'", '"', "[", "]", "b'", ",", ";", "//", "://",
+    "k9Qv2LmX8pRt4Wz7Ys1N", "aB3xY9kLm2Qp", "changeme", "İ", "中", "-", "_", ".",
+])  # fmt: skip
+# An assignment's parts in order, each optional, so most examples hold one the rule weighs.
+_ONE_ASSIGNMENT = st.tuples(*(st.sampled_from(options) for options in (
+    ("", "config[", "env[", "  ", "x" * 70), ("", "'", '"'), ("password", "DB_PASSWORD", "apiKey", "clientSecret",
+    "token_name", "pwd", "AUTH_TOKEN"), ("", "'", '"'), ("", "]"), ("", " ", "\t\t", "     "), (":", "=", "=>", "::"),
+    ("", " ", "  "), ("", "'", '"', "b'", "r\""), ("k9Qv2LmX8pRt4Wz7Ys1N", "aB3xY9kLm2Qp", "changeme-please-now",
+    "k9Qv2Lm;X8pRt,4Wz7", "=k9Qv2LmX8pRt4Wz7"), ("", "'", '"', "\n", ";"),
+))).map("".join)  # fmt: skip
+assignment_texts = st.lists(st.one_of(_ASSIGNMENT_PARTS, _ONE_ASSIGNMENT), max_size=12).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(assignment_texts)
+@example("config['SECRET_KEY'] = 'k9Qv2LmX8pRt4Wz7Ys1N'")
+@example("İİ password: k9Qv2LmX8pRt4Wz7Ys1N")
+def test_assignments_found_from_the_keys_match_the_separator_first_search(text: str) -> None:
+    assert list(_assignments(text, Marks(text, _CASED, _WORDS))) == old_assignments(text)
 
 
 @settings(max_examples=500, deadline=None)
