@@ -1,7 +1,11 @@
 """The ingest scans (spec, "4. Scan"): pure functions over text, no I/O.
 
 - `find_secrets` blocks ingestion: a credential in a retrievable corpus is a durable leak. The rules live in
-  `knowledge.core.scan_rules`; `SECRET_SCAN_VERSION` names their behaviour and is bumped whenever it changes.
+  `knowledge.core.scan_rules` (provider formats, key containers, ``key = value`` assignments),
+  `knowledge.core.scan_layers` (decoded layers, keys without a separator, ciphertext) and
+  `knowledge.core.scan_context` (what a secret's name governs in code, commands and prose); they share one
+  vocabulary (`knowledge.core.scan_words`) and one pass that finds every literal they start from
+  (`knowledge.core.scan_marks`). `SECRET_SCAN_VERSION` names their behaviour and is bumped whenever it changes.
 - `is_instruction_like` only flags: a chunk that tries to steer a model is stored with
   ``contains_instruction_like_text`` set, and the rendered envelope says so.
 """
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 from knowledge.core.scan_rules import SpanSet, candidates
 
-SECRET_SCAN_VERSION = "secrets-v2"
+SECRET_SCAN_VERSION = "secrets-v3"
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import unquote
 
 from knowledge.core.scan_marks import Marks
+from knowledge.core.scan_words import PROSE_WORD, SECRET_NAME, names_secret
 
 Span = tuple[int, int]
 Scan = Callable[[str], Iterator[tuple[str, int, int]]]
@@ -47,7 +48,8 @@ Scan = Callable[[str], Iterator[tuple[str, int, int]]]
 # makes ``re`` test every character (4x the time on the docs corpora).
 _B64_VALUES = tuple(re.compile(sep + r"[ \t]*[\"']?(?P<v>[A-Za-z0-9+/]{24,}={0,2})(?![A-Za-z0-9+/_-])", re.ASCII)
                     for sep in ":=")
-# Any run, where the text says it decodes base64 ("echo … | base64 -d", "b64decode(…)").
+# Any run, near where the text says it decodes base64 ("echo … | base64 -d", "b64decode(…)"): on that
+# line and the next five (its output).
 _B64_ANY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{32,}={0,2}", re.ASCII)
 # Found from a line break (a literal: ``re`` searches for it at memory speed), then the whole line.
 _B64_LINE = re.compile(r"\n[ \t]*(?P<v>[A-Za-z0-9+/]{24,}={0,2})[ \t]*(?=\n|$)", re.ASCII)
@@ -70,6 +72,9 @@ def _escapes(text: str) -> list[re.Match[str]]:
 
 
 def _printable(raw: bytes) -> str | None:
+    """Printable ASCII, or UTF-16LE of it (PowerShell's ``-EncodedCommand``, Windows tools' base64)."""
+    if raw and len(raw) % 2 == 0 and not any(raw[1::2]) and all(raw[0::2]):
+        raw = raw[0::2]
     if raw and all(32 <= b < 127 or b in (9, 10, 13) for b in raw):
         return raw.decode("ascii")
     return None
@@ -90,8 +95,17 @@ def decoded_layers(text: str, marks: Marks, scan: Scan, random: Callable[[str, i
     each reported over the run or line that holds it. ``scan`` is the format and assignment scan,
     ``random`` `scan_rules.looks_random`."""
     runs = sorted({m.span("v") for pattern in _B64_VALUES for m in pattern.finditer(text)})
-    if marks.has("base64", "b64"):  # a text that decodes base64: any run
-        runs += [m.span() for m in _B64_ANY.finditer(text)]
+    done = 0
+    for at in marks.at(*_DECODES):  # where the text decodes base64: any run, on that line and the next five
+        if at < done:
+            continue
+        start, done = text.rfind("\n", 0, at) + 1, at
+        for _ in range(6):
+            done = text.find("\n", done + 1)
+            if done < 0:
+                done = len(text)
+                break
+        runs += [m.span() for m in _B64_ANY.finditer(text, start, done)]
     block: list[Span] = []
     for m in _B64_LINE.finditer("\n" + text):  # consecutive lines of one blob are decoded together
         span = (m.start("v") - 1, m.end("v") - 1)  # offsets in ``text``
@@ -144,25 +158,26 @@ def decoded_layers(text: str, marks: Marks, scan: Scan, random: Callable[[str, i
 
 # --- keys without a separator ---------------------------------------------------------------------
 
-#: A word that names a secret, as a whole word in prose or a config line.
-_KEY_WORD = (r"(?:password|passwd|passphrase|pwd|pw|secret|token|api[ _-]?key|access[ _-]?key|license[ _-]?key|"
-             r"secret[ _-]?key|auth[ _-]?token|private[ _-]?key)")
 #: What every rule of this section starts from: these substrings of the lower-cased text, found with
 #: ``str.find`` (a pass each at memory speed), so the rules' own patterns run only where one occurs.
 _ANCHORS = ("pass", "pw", "secret", "token", "key", "cred", "login", "sig=", "signature=")
 #: The literals this module's rules start from, for `knowledge.core.scan_marks`: as written, and lower-cased.
 LAYER_LITERALS = ("://", "PuTTY-User-Key-File-", "AGE-SECRET-KEY-1")
-LAYER_WORDS = (*_ANCHORS, "base64", "b64", "pgpass")
+#: What a text says when it decodes base64 somewhere: ``base64 -d``, ``b64decode``, PowerShell's
+#: ``-EncodedCommand`` and ``FromBase64String``, JavaScript's ``atob(``.
+_DECODES = ("base64", "b64", "encodedcommand", "atob(")
+LAYER_WORDS = (*_ANCHORS, *_DECODES, "pgpass")
 # "password s3cr3t…" (netrc), "the password is s3cr3t…" — matched at an anchor: at most 40
 # characters to a verb, then the value after white space (an assignment's ``=``/``:`` is not here).
 _PROSE = re.compile(
-    rf"(?i:{_KEY_WORD})\b(?:(?:[^\n.;:=]|\.(?=\S)){{0,40}}?\b(?:is|was|are|were|use|using|set\s+to|to)\b)?"
-    r"[ \t`*\"']{1,4}"
+    rf"(?i:{PROSE_WORD})\b(?:(?:[^\n.;:=]|\.(?=\S)){{0,40}}?\b(?:is|was|are|were|use|using|set\s+to|to|now)\b)?"
+    r":?[ \t`*\"']{1,4}"
     r"(?P<v>[^\s`\"'<>,;)]{12,256})", re.ASCII)
+_QUALIFIER = re.compile(r"(?i:api|access|license|secret|private|master|signing|encryption|auth)[ _-]?$", re.ASCII)
 _TRAILING = ",;:!?)]}*_`'\""
 _NAME_LIKE = re.compile(r"[a-z0-9]+(?:[-_./][a-z0-9]+)+|[A-Za-z0-9.-]+\.[a-z]{2,}(?:/\S*)?", re.ASCII)
 _PATH_PART = re.compile(r"/[a-z][a-z0-9-]{2,}(?:\.[a-z]{2,4})?/|\.(?:ya?ml|json|md|txt|conf|toml|ini)\b", re.ASCII)
-_HEADER_WORD = re.compile(rf"(?i:\b(?:{_KEY_WORD}|pass)s?\b)", re.ASCII)
+_HEADER_WORD = re.compile(rf"(?i:\b(?:{PROSE_WORD}|pass|credential|creds?)s?\b)", re.ASCII)
 _TABLE_RULE = re.compile(r"[ \t]*\|[ \t:|-]+\|?[ \t]*")
 _XML_ELEMENT = re.compile(r"<(?P<k>[A-Za-z_:.-]{2,64})>(?P<v>[^<\s]{12,256})</(?P=k)>", re.ASCII)
 _XML_ADD = re.compile(r"[Kk]ey=\"(?P<k>[^\"\n]{1,64})\"\s+[Vv]alue=\"(?P<v>[^\"\n]{12,256})\"", re.ASCII)
@@ -192,6 +207,11 @@ def _line(text: str, at: int) -> Span:
 
 def _prose_value(text: str, at: int, random: Callable[[str, int], bool]) -> Span | None:
     """A secret's word at ``at``, then its value after white space (netrc) or a verb."""
+    if text.startswith(("key", "Key", "KEY"), at):  # "API key", "signing key": the name starts at its qualifier
+        qualifier = _QUALIFIER.search(text, max(0, at - 16), at)
+        if qualifier is None:
+            return None
+        at = qualifier.start()
     if at > 0 and (text[at - 1].isalnum() or text[at - 1] == "_"):
         return None  # inside a word ("bypass"); "DB_PASSWORD=" is the assignment rule's
     match = _PROSE.match(text, at)
@@ -227,6 +247,9 @@ def _table(text: str, header: Span, random: Callable[[str, int], bool], walked: 
         offset = start + row.index("|") + 1
         for k, cell in enumerate(row.strip().strip("|").split("|")):
             value = cell.strip().strip("`")
+            pair = _PAIR.fullmatch(value)  # "alice / s3cr3t…", "deploy : s3cr3t…": a user and the secret
+            if pair is not None:
+                value = pair["v"]
             if k in columns and value and generated(value, random):
                 at = text.find(value, offset, end)
                 yield at, at + len(value)
@@ -235,6 +258,7 @@ def _table(text: str, header: Span, random: Callable[[str, int], bool], walked: 
     walked[0] = pos
 
 
+_PAIR = re.compile(r"[A-Za-z0-9_.@-]{1,64}[ \t]*[:/][ \t]*(?P<v>[^\s]{8,256})", re.ASCII)
 # "creds for db01: admin / s3cr3t…", "login: deploy / s3cr3t…": a user, a slash, the secret.
 _CREDS = re.compile(r"(?i:\bcreds?\b|credentials?|\blogin\b|\buser(?:name)?\b)", re.ASCII)
 _USER_SLASH = re.compile(r"(?<![/\w])[A-Za-z0-9_.@-]{2,40}[ \t]+/[ \t]+(?P<v>[^\s/\"'`,;]{12,256})", re.ASCII)
@@ -242,17 +266,30 @@ _USER_SLASH = re.compile(r"(?<![/\w])[A-Za-z0-9_.@-]{2,40}[ \t]+/[ \t]+(?P<v>[^\
 _SPEAKER = re.compile(r"[ \t>]*(?:\[[^\]\n]{1,40}\][ \t]*)?(?:<[^>\n]{1,40}>|[A-Za-z0-9_.@-]{1,40}:)?[ \t]*", re.ASCII)
 
 
+#: A shell prompt before a command: what follows the command is its output.
+_PROMPTS = ("$ ", "% ", "PS> ", "PS C:\\")
+_ASSIGNED = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*[ \t]*[:=][ \t]*[^=\s]", re.ASCII)  # not base64's padding
+
+
 def _answer(text: str, pos: int, random: Callable[[str, int], bool]) -> Span | None:
-    """The value alone on one of the three lines after a question or a lead-in about a secret
-    ("what's the admin password?" — "one sec" — "bob: s3cr3t…"), in a chat log or a transcript."""
-    for _ in range(3):
+    """The value alone on one of the four non-blank lines after a question or a lead-in about a secret
+    ("what's the admin password?" — "one sec" — "bob: s3cr3t…"), in a chat log or a transcript, or
+    after a shell command that prints one (``$ kubectl get secret … -o jsonpath='{.data.password}'``)."""
+    lines = 0
+    while lines < 4:
         if pos >= len(text):
             return None
         start, end = _line(text, pos)
+        if not text[start:end].strip():
+            pos = end + 1
+            continue
+        if text.startswith(("```", "~~~"), start):
+            return None  # the lead-in belongs to the text before a code block, not to its lines
+        lines += 1
         lead = _SPEAKER.match(text, start, end)
         at = lead.end() if lead is not None else start
         value = text[at:end].strip().strip("`\"',").rstrip(".")
-        if value and " " not in value and generated(value, random):
+        if value and " " not in value and not _ASSIGNED.match(value) and generated(value, random):
             first = text.find(value, at, end)
             return first, first + len(value)
         pos = end + 1
@@ -288,15 +325,15 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
             yield "table_secret", *cell
     if "</" in seg or "alue=" in seg:
         for match in _XML_ELEMENT.finditer(text, *line):
-            named = _HEADER_WORD.search(match["k"].replace("_", " ")) or _KEYISH.search(match["k"])
+            named = _HEADER_WORD.search(match["k"].replace("_", " ")) or names_secret(match["k"])
             if named and generated(match["v"], random):
                 yield "xml_secret", *match.span("v")
         for match in _XML_ADD.finditer(text, *line):
-            if (_HEADER_WORD.search(match["k"]) or _KEYISH.search(match["k"])) and generated(match["v"], random):
+            if (_HEADER_WORD.search(match["k"]) or names_secret(match["k"])) and generated(match["v"], random):
                 yield "xml_secret", *match.span("v")
     if "+" in seg or seg.rstrip().endswith(("(", "[")):
         for match in _CONCAT.finditer(text, line[0], min(len(text), line[1] + 1024)):  # may run over lines
-            if _KEYISH.search(text, line[0], match.start()):
+            if SECRET_NAME.search(text, line[0], match.start()):
                 joined = "".join(m.group(2) for m in _LITERAL.finditer(match.group()))
                 if generated(joined, random):
                     yield "concatenated_secret", *match.span()
@@ -308,15 +345,11 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
         for match in _USER_SLASH.finditer(text, *line):
             if generated(match["v"].rstrip(_TRAILING), random):
                 yield "generic_secret", match.start("v"), match.start("v") + len(match["v"].rstrip(_TRAILING))
-    if seg.rstrip().endswith(("?", ":")) and (_HEADER_WORD.search(seg) or _CREDS.search(seg)):
+    if (seg.rstrip().endswith(("?", ":")) or "? " in seg or seg.lstrip().startswith(_PROMPTS)) \
+            and (_HEADER_WORD.search(seg) or _CREDS.search(seg)):
         answer = _answer(text, line[1] + 1, random)
         if answer is not None:
             yield "generic_secret", *answer
-
-
-#: Key names in code: ``apiKey``, ``API_KEY``, ``dbPassword``, ``client_secret``.
-_KEYISH = re.compile(r"(?i:pass(?:word|wd)?|pwd|secret|token|api_?key|access_?key|license_?key|private_?key)",
-                     re.ASCII)
 
 
 # --- key containers -------------------------------------------------------------------------------
@@ -356,8 +389,9 @@ _CIPHERTEXT_KEYS = ("encryptedData", "sops", "encrypted_data", "ciphertext", "Ci
                     "encryptedValue", "cipher_text", "EncryptedData", "CipherValue")
 # How encryption tools mark what they wrote: SOPS and hiera-eyaml (``ENC[…]``), Jasypt (``ENC(…)``),
 # Spring Cloud Config (``{cipher}``), Vault transit (``vault:v1:``), Ansible Vault, AWS KMS ciphertext
-# blobs (base64 of a KMS envelope: ``AQICAH``/``AQIBAH``/``AQIDAH``), XML encryption's CipherValue.
-_CIPHER_PREFIX = ("ENC[", "ENC(", "{cipher}", "vault:v", "$ANSIBLE_VAULT", "AQICAH", "AQIBAH", "AQIDAH")
+# blobs (base64 of a KMS envelope: ``AQICAH``/``AQIBAH``/``AQIDAH``), XML encryption's CipherValue,
+# OpenSSL's salted format (``openssl enc -a``: base64 of "Salted__", ``U2FsdGVkX1``).
+_CIPHER_PREFIX = ("ENC[", "ENC(", "{cipher}", "vault:v", "$ANSIBLE_VAULT", "AQICAH", "AQIBAH", "AQIDAH", "U2FsdGVkX1")
 _CIPHER_MARK = re.compile(r"\$ANSIBLE_VAULT;|!vault\b|<CipherValue>|-----BEGIN (?:PGP|AGE ENCRYPTED)|"
                           r"\bkind:\s*SealedSecret\b|ENC\[(?:AES256_GCM|PKCS7)", re.ASCII)
 _INDENT = re.compile(r"[ \t]*")

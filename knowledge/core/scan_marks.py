@@ -51,20 +51,25 @@ class Literals:
 class Marks:
     """One text's literal offsets: ``cased`` in the text as written, ``words`` in ``low``."""
 
-    __slots__ = ("cased", "low", "text", "words")
+    __slots__ = ("_at", "cased", "low", "present", "text", "words")
 
     def __init__(self, text: str, cased: Literals, words: Literals) -> None:
         self.text = text
         self.low = lowered(text)
         self.cased = cased.find(text)
         self.words = words.find(self.low)
+        self.present = frozenset(self.cased) | frozenset(self.words)
+        self._at: dict[tuple[str, ...], list[int]] = {}
 
     def at(self, *literals: str) -> list[int]:
-        """Ascending offsets of any of ``literals`` (cased or word)."""
+        """Ascending offsets of any of ``literals`` (cased or word); the same list for the same literals."""
+        if (known := self._at.get(literals)) is not None:
+            return known
         lists = [found for literal in literals if (found := self.cased.get(literal) or self.words.get(literal))]
-        if len(lists) == 1:
-            return lists[0]  # one literal's offsets: ascending, and distinct
-        return sorted({at for found in lists for at in found})
+        # One literal's offsets are ascending and distinct already.
+        merged = lists[0] if len(lists) == 1 else sorted({at for found in lists for at in found})
+        self._at[literals] = merged
+        return merged
 
     def has(self, *literals: str) -> bool:
-        return any(literal in self.cased or literal in self.words for literal in literals)
+        return not self.present.isdisjoint(literals)

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from knowledge.core.scan_context import CONTEXT_LITERALS, CONTEXT_WORDS, context_values
 from knowledge.core.scan_layers import (
     LAYER_LITERALS,
     LAYER_WORDS,
@@ -36,6 +37,7 @@ from knowledge.core.scan_layers import (
     keyed_values,
 )
 from knowledge.core.scan_marks import Literals, Marks
+from knowledge.core.scan_words import HINTS, names_secret
 
 Span = tuple[int, int]
 
@@ -74,6 +76,17 @@ PUBLISHED_EXAMPLES: frozenset[str] = frozenset(fingerprint(v) for v in (
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
     # The Azure Storage emulator's (Azurite's) fixed, documented account key.
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+    # RFC 6749 (OAuth 2.0), sections 4.1-4.4 and 6: the example access, refresh and authorization codes, and
+    # the client s6BhdRkqt3 with secret gX1fBat3bV as a Basic header; RFC 6750 (bearer tokens), the token.
+    "2YotnFZFEjr1zCsicMWpAA", "tGzv3JOkF0XG5Qx2TlKWIA", "SplxlOBeZQQYbYS6WxSbIA", "czZCaGRSa3F0MzpnWDFmQmF0M2JW",
+    "mF_9.B5f-4.1JqM",
+    # RFC 7617 (HTTP Basic): Aladdin / open sesame.
+    "QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
+    # The Kubernetes documentation's Secret examples ("Managing Secrets using kubectl", "Distributing
+    # Credentials Securely"), as written and as their manifests hold them in base64.
+    "S!B\\*d$zDsb=", "S!B*d$zDsb=", "1f2d1e2e67df", "MWYyZDFlMmU2N2Rm", "39528$vdg7Jb", "Mzk1MjgkdmRnN0pi",
+    # Flask's documentation ("Sessions", the quickstart): the example secret_key, as its source spells it.
+    '_5#y2L"F4Q8z\\n\\xec]/',
 ))
 
 
@@ -212,6 +225,8 @@ def looks_random(value: str, min_len: int = 12) -> bool:
         return False  # a phrase ("see the vault entry"), which a quoted value may hold; generators add no spaces
     if is_placeholder(value) or _is_path(value) or _identifier_like(value):
         return False
+    if value[-1] in "([" and _identifier_like(value[:-1].replace("::", ".").replace("->", ".")):
+        return False  # a call or a subscript: `Environment.GetEnvironmentVariable(`, `config[`
     decoded = _decoded_text(value)
     if decoded is not None:
         # base64 of "changeme" passes, base64 of a generated password does not.
@@ -306,7 +321,22 @@ def _pem_body_ok(body: str) -> bool:
             return False  # prose or markup inside the block: an illustration, not a key
         material.append(line)
     joined = "".join(material)
+    if _HEX.fullmatch(joined):  # a hex body (OpenVPN's static keys): four bits a character at most
+        return len(joined) >= 64 and entropy(joined) >= 3.6
     return len(joined) >= 60 and entropy(joined) >= 4.2  # an Ed25519 PKCS#8 body is 64 characters
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+", re.ASCII)
+# Any other armored block whose label names a key that is not public: "OpenVPN Static key V1",
+# "SSH2 ENCRYPTED PRIVATE KEY", a vendor's "… SECRET KEY"; the body must be key material, as for PEM.
+_ARMORED = re.compile(r"-----BEGIN (?P<label>[A-Za-z0-9 ]{1,60})-----", re.ASCII)
+
+
+def _armored_key(match: re.Match[str]) -> Span | None:
+    label = match["label"].lower()
+    if "key" not in label or "public" in label:
+        return None
+    return _pem_block(match)
 
 
 def _b64_pem_ok(value: str) -> bool:
@@ -334,19 +364,6 @@ _ASSIGNMENT = re.compile(
 )
 _VALUE_REST = re.compile(r"[^\s\"'`,;]{0,244}", re.ASCII)
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-_SECRET_WORD = re.compile(
-    r"(?i:pass|pwd|secret|token|api[_-]?key|access[_-]?key|auth[_-]?key|credential|private[_-]?key|license[_-]?key|"
-    r"insert[_-]?key|honeycomb[_-]team)",  # the last two: New Relic's and Honeycomb's ingest key headers
-    re.ASCII,
-)
-_SECRET_WORD_HINTS = ("pass", "pwd", "secret", "token", "key", "credential", "honeycomb-team", "honeycomb_team")
-# Key names that contain a secret word but name something else (a Secret's name, a file, a URL, a type).
-_NOT_SECRET_KEY = re.compile(
-    r"(?:^|[_.-]|(?<=[a-z0-9])(?=[A-Z]))(?i:name|names|ref|file|path|url|uri|endpoint|type|kind|id|ids|dir|"
-    r"length|len|policy|format|header|env|var|mode|ttl|expiry|expiration|prefix|suffix|template|selector|"
-    r"namespace|version|count|hash|sha|sha1|sha256|sha512|digest|checksum|fingerprint|field|source)$",
-    re.ASCII,
-)
 # etcd's simple tokens (16 letters, a dot, an index) are session handles held in one server's memory with a
 # 300 s TTL: they die with the session, so documentation that shows one leaks nothing durable.
 _ETCD_SIMPLE_TOKEN = re.compile(r"[A-Za-z]{16}\.[0-9]+", re.ASCII)
@@ -377,7 +394,7 @@ def _separators(text: str, marks: Marks) -> list[int]:
     of its key, a closing quote, a subscript's ``]`` and blanks (what `_key_before` steps back over)."""
     seps: set[int] = set()
     end_of_text = len(text)
-    for at in marks.at(*_SECRET_WORD_HINTS):
+    for at in marks.at(*HINTS):
         end = at
         while end < end_of_text and text[end] in _KEY_CHARS:
             end += 1
@@ -406,9 +423,9 @@ def _assignments(text: str, marks: Marks) -> Iterator[Span]:
             continue
         pos = sep + 1
         key = _key_before(text, sep)
-        if not any(word in key.lower() for word in _SECRET_WORD_HINTS):
+        if not any(word in key.lower() for word in HINTS):
             continue  # the key's word lies more than 72 characters before its separator
-        if _SECRET_WORD.search(key) is None or _NOT_SECRET_KEY.search(key):
+        if not names_secret(key):
             continue
         quote = match["q"]
         start = match.start("qv" if quote else "v")
@@ -425,6 +442,12 @@ def _assignments(text: str, marks: Marks) -> Iterator[Span]:
         pos = max(pos, end)
         if looks_random(judged):
             yield start, end
+
+
+def _assigned(value: str, min_len: int = 12) -> bool:
+    """A value a secret's name was given looks generated (`looks_random`), with the exceptions of
+    `_assignments`: Django's marked dev keys are keys, etcd's session handles are not."""
+    return _ETCD_SIMPLE_TOKEN.fullmatch(value) is None and looks_random(value.removeprefix(_DJANGO_DEV_PREFIX), min_len)
 
 
 # --- the rules ----------------------------------------------------------------------------------
@@ -513,6 +536,7 @@ def _token(pattern: str) -> re.Pattern[str]:
 # One rule per literal prefix, because a leading character class costs `re` its fast literal search.
 RULES: tuple[Rule, ...] = (
     Rule("private_key", ("-----BEGIN",), _PEM_PRIVATE, _pem_block, bounded=False),
+    Rule("private_key", ("-----BEGIN",), _ARMORED, _armored_key, bounded=False),
     Rule(  # base64 of "-----BEGIN"; fails only where the run is short or ends at "_"/"-": so do later starts in it
         "private_key", ("LS0tLS1CRUdJTi",),
         _token(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{40,}={0,2}"),
@@ -617,8 +641,8 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
-_CASED = Literals([*(start for rule in RULES for start in rule.starts), *LAYER_LITERALS])
-_WORDS = Literals([*_SECRET_WORD_HINTS, *LAYER_WORDS])
+_CASED = Literals([*(start for rule in RULES for start in rule.starts), *LAYER_LITERALS, *CONTEXT_LITERALS])
+_WORDS = Literals([*HINTS, *LAYER_WORDS, *CONTEXT_WORDS])
 
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
@@ -676,6 +700,7 @@ def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
     found: list[tuple[str, int, int]] = [
         *key_containers(text, marks, _pem_body_ok, lambda v: _random_part(v, 4.0), looks_random),
         *keyed_values(text, marks, looks_random),
+        *context_values(text, marks, _assigned),
         *decoded_layers(text, marks, lambda decoded: candidates(decoded, layers - 1), looks_random),
     ]
     for kind, start, end in found:

@@ -537,9 +537,7 @@ def old_assignments(text: str) -> list[tuple[int, int]]:
     while (match := _ASSIGNMENT.search(text, pos)) is not None:
         pos = match.start() + 1
         key = r._key_before(text, match.start())
-        if not any(word in key.lower() for word in r._SECRET_WORD_HINTS):
-            continue
-        if r._SECRET_WORD.search(key) is None or r._NOT_SECRET_KEY.search(key):
+        if not any(word in key.lower() for word in r.HINTS) or not r.names_secret(key):
             continue
         quote = match["q"]
         start = match.start("qv" if quote else "v")
