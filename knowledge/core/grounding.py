@@ -90,20 +90,25 @@ class AnswerCheck:
     def steps(self) -> Iterator[None]:
         """Compute the lexical features, yielding every `STEP` of them."""
         done = 0
+        checked: set[tuple[tuple[str, ...], str]] = set()  # (claim's words, passage) pairs a citation decides
         for i, j in enumerate(self.judged[:MAX_ASSESSED_CITATIONS]):
             passage = self.passages.get(j.citation.chunk_id) if j.shown else None
             if passage is not None:
                 self._features[i] = features(j.citation.claim, passage, self.weights)
+                checked.add((tuple(tokens(j.citation.claim)), j.citation.chunk_id))
                 done += 1
                 if done % STEP == 0:
                     yield
         for sentence in answer_sentences(self.answer)[:MAX_DRAWN_SENTENCES]:
-            mine = content(tokens(sentence))
+            words = tokens(sentence)
+            mine = content(words)
             if not mine:
                 continue
             for cid, passage in self.passages.items():
                 if cid in self._drawn or sum(w in passage.theirs for w in mine) < DRAWN_MIN_SHARE * len(mine):
                     continue
+                if (tuple(words), cid) in checked:
+                    continue  # the sentence cites this passage: its citation's verdict decides (`result`)
                 if LEXICAL_SUPPORT_MODEL.decide(features(sentence, passage, self.weights)):
                     self._drawn.add(cid)
                 done += 1

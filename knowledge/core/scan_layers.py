@@ -80,13 +80,17 @@ def _printable(raw: bytes) -> str | None:
     return None
 
 
-def _decode(run: str) -> str | None:
+def decode_base64(run: str) -> str | None:
+    """The printable text a base64 or base64url run (padded or not) encodes, up to `MAX_DECODED`
+    bytes; None for anything else."""
     body = run.rstrip("=")
+    if "-" in body or "_" in body:
+        body = body.replace("-", "+").replace("_", "/")
     try:
         raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
-    return _printable(raw[:MAX_DECODED]) if len(raw) <= MAX_DECODED else None
+    return _printable(raw) if len(raw) <= MAX_DECODED else None
 
 
 def decoded_layers(text: str, marks: Marks, scan: Scan, random: Callable[[str, int], bool]
@@ -118,7 +122,7 @@ def decoded_layers(text: str, marks: Marks, scan: Scan, random: Callable[[str, i
     if block:
         runs.append((block[0][0], block[-1][1]))
     for start, end in runs:
-        decoded = _decode("".join(text[start:end].split()))
+        decoded = decode_base64("".join(text[start:end].split()))
         if decoded is None:
             continue
         pair = _USER_PASS.fullmatch(decoded.strip())

@@ -31,6 +31,7 @@ from knowledge.core.scan_context import CONTEXT_LITERALS, CONTEXT_WORDS, context
 from knowledge.core.scan_layers import (
     LAYER_LITERALS,
     LAYER_WORDS,
+    decode_base64,
     decoded_layers,
     is_ciphertext_context,
     key_containers,
@@ -189,14 +190,7 @@ def _decoded_text(value: str) -> str | None:
     """The text a base64 value encodes, when it encodes printable ASCII; else None."""
     if len(value) < 8 or _B64.fullmatch(value) is None:
         return None
-    padded = value + "=" * (-len(value.rstrip("=")) % 4) if "=" not in value else value
-    try:
-        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if raw and all(32 <= b < 127 or b in (9, 10, 13) for b in raw):
-        return raw.decode("ascii")
-    return None
+    return decode_base64(value)
 
 
 # A reference to a value kept elsewhere: $VAR, ${VAR}, $oidc.keycloak.clientSecret, &anchor, @file.
