@@ -8,14 +8,13 @@ Wikipedia, subtitles, news, books, web text, Twitter and Reddit — see its READ
 sources and their licences), installed with the package and never fetched. ``scripts/install.sh``
 derives a compact table from it once (``python -m knowledge.core.english``): word and Zipf
 frequency, into the environment (``<sys.prefix>/share/knowledge/``). This module reads that table
-when it is imported (about 30,000 words, a few milliseconds), so no event loop ever waits on it;
+when it is imported (about 30,000 words, ~5 ms), so no event loop ever waits on it;
 where it is missing every word is taken as rare (the tenant's statistics alone decide).
 """
 
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 #: A word this common or more (Zipf 6: once in a thousand words; "the" is 7.7) weighs nothing beyond
@@ -27,6 +26,8 @@ RARE_ZIPF = 2.0
 def table_path() -> Path | None:
     """Where the table derived from the installed wordfreq lives (named by its version), or None
     without wordfreq."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         release = version("wordfreq")
     except PackageNotFoundError:
@@ -34,24 +35,25 @@ def table_path() -> Path | None:
     return Path(sys.prefix) / "share" / "knowledge" / f"english-zipf-wordfreq-{release}.tsv"
 
 
-def _load() -> dict[str, float]:
-    path = table_path()
-    if path is None or not path.is_file():
+def _load() -> dict[str, str]:
+    """The installed table, word to Zipf frequency as written. Found by its name's pattern, not by
+    asking for wordfreq's version (`importlib.metadata` costs more than the table: every process that
+    imports the service pays for this); `export` keeps one table only."""
+    tables = sorted((Path(sys.prefix) / "share" / "knowledge").glob(_PATTERN))
+    if not tables:
         return {}
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        word, _, zipf = line.partition("\t")
-        out[word] = float(zipf)
-    return out
+    lines = tables[-1].read_text(encoding="utf-8").splitlines()
+    return dict(line.split("\t", 1) for line in lines if "\t" in line)
 
 
-ZIPF: dict[str, float] = _load()
+_PATTERN = "english-zipf-wordfreq-*.tsv"
+ZIPF: dict[str, str] = _load()
 
 
 def rarity(word: str) -> float:
     """0 for a word as common as `COMMON_ZIPF` or more, 1 for one as rare as `RARE_ZIPF` or unknown,
     linear between."""
-    zipf = ZIPF.get(word, 0.0)
+    zipf = float(ZIPF.get(word, 0.0))
     return min(1.0, max(0.0, (COMMON_ZIPF - zipf) / (COMMON_ZIPF - RARE_ZIPF)))
 
 
@@ -67,6 +69,9 @@ def export() -> Path:
     partial = path.with_suffix(".partial")
     partial.write_text("\n".join(rows) + "\n", encoding="utf-8")
     partial.replace(path)
+    for older in path.parent.glob(_PATTERN):  # one table: `_load` reads whichever it finds
+        if older != path:
+            older.unlink()
     return path
 
 
