@@ -58,6 +58,11 @@ async def work(svc: KnowledgeService, tenant: str) -> None:
 
 
 async def main(settings: Settings, tenant: str) -> None:
+    # The moment is measured from here: the host's imports are done and its loop runs. A Ctrl-C before
+    # is Python's to lose — in an import it can land in the import lock's weakref callback, where CPython
+    # prints "Exception ignored" and drops it; in ``asyncio.run`` before the loop exists it leaves a
+    # half-built loop whose ``__del__`` fails — and no library can hold it.
+    print("starting", flush=True)
     async with KnowledgeService.open(settings) as svc:
         await work(svc, tenant)
 
@@ -115,10 +120,6 @@ def run() -> None:
         # which is what the harness tests.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, dump_tasks)  # a hung host's stacks and tasks, for the harness's report
-    # The moment is measured from here: the host's own imports are done (a Ctrl-C in the middle of an
-    # import is Python's to lose — it can land in the import lock's weakref callback, where CPython
-    # prints "Exception ignored" and drops it — and no library can hold it).
-    print("starting", flush=True)
     if args.loop == "trio":
         trio.run(main, settings, args.tenant)
     else:

@@ -50,8 +50,9 @@ BAD_WORDS = ("Segmentation fault", "Fatal Python error", "Exception ignored", "w
 @dataclass
 class HostRound:
     loop: str
-    delay: float  # from the host's first line ("starting") to the signal
+    delay: float  # from the line ``after`` to the signal
     embedded: bool
+    after: str = "starting"  # the host's line the delay counts from: "starting" (its first) or "ready"
     server_was_running: bool = False
     code: int | None = None
     stderr: str = ""
@@ -86,12 +87,16 @@ async def _descendants(pid: int) -> set[int]:
         return set()
 
 
-async def one_round(loop: str, delay: float, *, dsn: str, data_dir: Path | None, env: dict[str, str]) -> HostRound:
-    """One host run interrupted ``delay`` seconds after its first line. With ``data_dir`` the host
-    uses the embedded server there (``dsn`` then reaches that server, for the checks)."""
+async def one_round(loop: str, delay: float, *, dsn: str, data_dir: Path | None, env: dict[str, str],
+                    after: str = "starting") -> HostRound:
+    """One host run interrupted ``delay`` seconds after its line ``after`` ("starting", its first, or
+    "ready", once its service is open: the moment is bounded by the host's progress, not by a clock
+    calibrated on another run). With ``data_dir`` the host uses the embedded server there (``dsn``
+    then reaches that server, for the checks)."""
     tenant = f"host-{uuid.uuid4().hex[:10]}"
     app = f"kh-{uuid.uuid4().hex[:10]}"
-    result = HostRound(loop=loop, delay=delay, embedded=data_dir is not None)
+    result = HostRound(loop=loop, delay=delay, embedded=data_dir is not None, after=after)
+    line = after.encode()
     if data_dir is not None:
         result.server_was_running = await anyio.to_thread.run_sync(embedded_status, data_dir) is not None
     command = host_command(loop, tenant, app, dsn=None if data_dir is not None else dsn, data_dir=data_dir)
@@ -106,7 +111,7 @@ async def one_round(loop: str, delay: float, *, dsn: str, data_dir: Path | None,
                 assert stream is not None
                 async for part in stream:
                     into.extend(part)
-                    if mark is not None and b"starting" in into:
+                    if mark is not None and line in into:
                         mark.set()
 
             async def watch_children() -> None:
@@ -237,11 +242,13 @@ async def startup_span(loop: str, dsn: str | None, env: dict[str, str], data_dir
 async def interrupt_hosts(rounds: int, dsn: str, *, loop: str, seed: int = 0, work_seconds: float = 1.5,
                           opening_share: float = 0.3, data_dir: Path | None = None, embedded_share: float = 0.0,
                           env: dict[str, str] | None = None) -> list[HostRound]:
-    """``rounds`` hosts under ``loop``, each interrupted once at a moment drawn uniformly from its
-    first line to ``work_seconds`` after its service is open — or, for a share ``opening_share`` of
-    the rounds, from the opening alone (short beside the work, and where a Ctrl-C as the service
-    finishes opening once deadlocked it). A share ``embedded_share`` of the rounds use the embedded
-    server of ``data_dir`` instead of ``dsn`` (which must then reach that server's database)."""
+    """``rounds`` hosts under ``loop``, each interrupted once: most in its work, at a moment drawn
+    uniformly from its "ready" line to ``work_seconds`` after it; a share ``opening_share`` in its
+    opening (where a Ctrl-C as the service finishes opening once deadlocked it) — half of those at
+    its first line, the others drawn uniformly over the opening's calibrated span from it (which may
+    land in the work on a slow machine; the moment each landed in is recorded, `HostRound.moment`).
+    A share ``embedded_share`` of the rounds use the embedded server of ``data_dir`` instead of
+    ``dsn`` (which must then reach that server's database)."""
     env = {**os.environ, **(env or {})}
     env.pop("KNOWLEDGE_DSN", None)
     env["KNOWLEDGE_SEMANTIC_ARM"] = "off"
@@ -255,9 +262,12 @@ async def interrupt_hosts(rounds: int, dsn: str, *, loop: str, seed: int = 0, wo
     results = []
     for _ in range(rounds):
         embedded = data_dir is not None and rng.random() < embedded_share
-        span = opening if rng.random() < opening_share else opening + work_seconds
-        results.append(await one_round(loop, rng.uniform(0.0, span), dsn=dsn,
-                                       data_dir=data_dir if embedded else None, env=env))
+        if rng.random() < opening_share:
+            after, delay = "starting", (0.0 if rng.random() < 0.5 else rng.uniform(0.0, opening))
+        else:
+            after, delay = "ready", rng.uniform(0.0, work_seconds)
+        results.append(await one_round(loop, delay, dsn=dsn, data_dir=data_dir if embedded else None, env=env,
+                                       after=after))
     return results
 
 

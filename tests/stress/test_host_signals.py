@@ -46,7 +46,10 @@ def test_sigint_at_random_moments_of_a_host_under_both_loops(admin_dsn: str) -> 
     report = "\n".join(table(everything))
     print(report)
     assert not [r for r in everything if r.problems], report
-    for loop in ("trio", "asyncio"):  # the moments landed in the service's work and in its opening
+    # The moments landed in the service's work and in its opening. Bounded by the host's progress, not by a
+    # clock: a working round waits for the host's "ready" line; of the opening rounds (seeds 11 and 12: 31
+    # and 28 of 100), 17 are signalled at the host's first line, long before its service opens.
+    for loop in ("trio", "asyncio"):
         assert sum(r.moment() == "working" for r in results[loop]) >= ROUNDS // 2, report
         assert sum(r.moment() == "starting" for r in results[loop]) >= ROUNDS // 10, report
 
