@@ -35,6 +35,7 @@ import secret_shapes  # noqa: F401  (registers the secret shapes)
 import secret_shapes_clean
 import secret_shapes_heldout  # (registers the held-out shapes: the heldout part, built only when asked)
 import secret_shapes_more  # (registers shapes written for fitting only: always in the fit part)
+import secret_shapes_more2  # (a second round of fit-only shapes)
 from secret_formats import CLEAN_FAMILIES, DOMAINS, SECRET_FAMILIES, SERVICES, SHAPES, Shape, base62
 
 PER_SHAPE = 8
@@ -196,7 +197,8 @@ def heldout_shapes() -> set[str]:
 def more_shapes() -> set[str]:
     """The shapes registered by `secret_shapes_more`: written to fit on, so always in the fit part (outside
     the hash split, which therefore assigns every earlier shape as before)."""
-    return {s.name for s in SHAPES if s.make.__module__ == secret_shapes_more.__name__}
+    return {s.name for s in SHAPES
+            if s.make.__module__ in (secret_shapes_more.__name__, secret_shapes_more2.__name__)}
 
 
 def check_shapes() -> set[str]:
@@ -258,7 +260,8 @@ LIVE = {
     "sentry dsn": re.compile(r"https://[0-9a-f]{32}@"),
     "provider prefix": re.compile(r"pypi-AgE|\.atlasv1\.|glc_[A-Za-z0-9+/]{20}|SG\.[\w-]{22}\.|AIza[\w-]{35}"),
 }
-DOCUMENTED = (*secret_shapes_clean.DOCUMENTED, *secret_shapes_heldout.DOCUMENTED, *secret_shapes_more.DOCUMENTED)
+DOCUMENTED = (*secret_shapes_clean.DOCUMENTED, *secret_shapes_heldout.DOCUMENTED, *secret_shapes_more.DOCUMENTED,
+              *secret_shapes_more2.DOCUMENTED)
 RFC7515_JWS_HEAD = "eyJ0eXAiOiJKV1QiLA0KICJhbGciOiJIUzI1NiJ9."
 
 

@@ -34,13 +34,20 @@ Random = Callable[[str, int], bool]
 
 #: The literals these rules start from: as written, and lower-cased.
 CONTEXT_LITERALS = (" -p", " -P", " -w", " -a", " -u", "--user", "--auth", "--basic", "--proxy-user")
-CONTEXT_WORDS = ("authenticat", "convertto-securestring", "thin:", "sqlplus")
+CONTEXT_WORDS = ("authenticat", "convertto-securestring", "thin:", "sqlplus", "identified")
 
 _NAME_CHAR_STR = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.$-"
 _QUOTES = "\"'`"
 #: What may stand between a secret's name and its literal on a line of code: punctuation, and one type,
 #: constructor or conversion call (``= new NetworkCredential(``, ``: &str =``, ``= []byte(``).
 _CODE_GAP = re.compile(r"[^\w\n\"'`]*(?:(?:new[ \t]+)?[\w.$:<>\[\]&*-]+[^\w\n\"'`]*)?", re.ASCII)
+_SPACED_KEYWORDS = ("ENV ", "setenv ", "env ")
+_SPACED_VALUE = re.compile(r"[ \t]+(?P<q>[\"']?)(?P<v>[^\s\"'`]{12,256})(?P=q)[ \t]*(?=\n|$)", re.ASCII)
+_SECTION_VALUE = re.compile(r"[ \t]*[\w.-]{1,64}[ \t]*[:=][ \t]*(?P<q>[\"']?)(?P<v>[^\s\"'`]{12,256})(?P=q)[ \t]*$",
+                            re.ASCII)
+#: SQL's password clauses: ``IDENTIFIED BY '…'`` (MySQL, Oracle), ``PASSWORD '…'`` (PostgreSQL, in
+#: ``CREATE ROLE``/``ALTER USER``) — found from the name-rules' quoted literal after "password" too.
+_IDENTIFIED_BY = re.compile(r"identified[ \t]+by[ \t]+(?:password[ \t]+)?['\"](?P<v>[^'\"\n]{8,128})['\"]", re.ASCII)
 _CODE_MARK = re.compile(r"[=:(,\[{]")  # a gap of words alone is prose ("the token can be `…`"), not code
 _NAME_TAIL = re.compile(r"[A-Za-z0-9_.$-]*", re.ASCII)
 #: Between a call's literal arguments: a comma, and perhaps a wrapper (Rust's ``Some(``, ``String::from(``).
@@ -126,13 +133,32 @@ def _block_default(text: str, end: int, random: Random, lines: int = 8) -> tuple
     return None
 
 
+def _section_values(text: str, stop: int, random: Random) -> Iterator[tuple[str, int, int]]:
+    """The ``key = value`` lines of the section whose header ends at ``stop``, to the next header."""
+    pos = stop + 1
+    for _ in range(40):
+        if pos >= len(text) or text.startswith("[", pos):
+            return
+        end = _line_end(text, pos)
+        match = _SECTION_VALUE.match(text, pos, end)
+        if match is not None and generated(match["v"], random):
+            yield "section_secret", *match.span("v")
+        pos = end + 1
+
+
 def _named_values(text: str, marks: Marks, random: Random) -> Iterator[tuple[str, int, int]]:
     """Code literals and flag values after a name that names a secret (see the module docstring)."""
     seen: set[int] = set()
     size = len(text)
+    low = marks.low
     for at in marks.at(*HINTS):
-        before = text[max(0, at - 64):at]
-        start = at - (len(before) - len(before.rstrip(_NAME_CHAR_STR)))  # back over the name's characters
+        if low.startswith("key", at) and (at == 0 or text[at - 1] not in _NAME_CHAR_STR):
+            continue  # "key" as a word of its own: no qualifier names it secret
+        if at and text[at - 1] in _NAME_CHAR_STR:  # back over the name's characters
+            before = text[max(0, at - 64):at]
+            start = at - (len(before) - len(before.rstrip(_NAME_CHAR_STR)))
+        else:
+            start = at
         if start in seen or (start == at and marks.low.startswith("key", at)):
             continue  # a name that starts with "key" is no qualified key; its other words have anchors of their own
         seen.add(start)
@@ -145,10 +171,20 @@ def _named_values(text: str, marks: Marks, random: Random) -> Iterator[tuple[str
         opens = not quoted and rest.rstrip().endswith(("{", ":"))
         field = not quoted and not opens and ("=" in text[line_start:start] or ":" in text[line_start:start])
         flag = text[start] == "-"
-        if not (quoted or opens or field or flag):
+        spaced = text.startswith(_SPACED_KEYWORDS, line_start)
+        section = text.startswith("[", line_start) and rest.startswith("]")
+        if not (quoted or opens or field or flag or spaced or section):
             continue
         name = text[start:end]
         if not names_secret(name.strip(".$-")):
+            continue
+        if section:  # an INI or TOML section named for secrets: each of its values is one
+            yield from _section_values(text, stop, random)
+            continue
+        if spaced:  # ``ENV API_KEY value`` (Dockerfile), ``setenv API_KEY value`` (csh)
+            value = _SPACED_VALUE.match(text, end, stop)
+            if value is not None and generated(value["v"], random):
+                yield "generic_secret", *value.span("v")
             continue
         if flag:  # a command's flag: its value follows
             value = _FLAG_VALUE.match(text, end, stop)
@@ -160,7 +196,7 @@ def _named_values(text: str, marks: Marks, random: Random) -> Iterator[tuple[str
         pos = end + 1 if inside else end
         gap = _CODE_GAP.match(text, pos, min(stop, pos + 80))
         quote_at = gap.end() if gap is not None else pos
-        coded = quote_at == pos or _CODE_MARK.search(text, pos, quote_at) is not None
+        coded = not text[pos:quote_at].strip() or _CODE_MARK.search(text, pos, quote_at) is not None
         if quote_at < stop and text[quote_at] in _QUOTES and coded:
             for value_start, value_end in _literals(text, quote_at, stop):
                 literal = text[value_start:value_end]
@@ -211,6 +247,10 @@ def context_values(text: str, marks: Marks, random: Random) -> Iterator[tuple[st
         match = _ORACLE.match(marks.low, at)
         if match is not None and generated(text[match.start("v"):match.end("v")], random, 8):
             yield "url_password", *match.span("v")
+    for at in marks.at("identified"):
+        match = _IDENTIFIED_BY.match(marks.low, at)
+        if match is not None and generated(text[match.start("v"):match.end("v")], random, 8):
+            yield "sql_password", *match.span("v")
     for at in marks.at("authenticat"):
         match = _AUTHENTICATES.match(marks.low, at, _line_end(text, at))
         if match is not None:

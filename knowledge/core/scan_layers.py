@@ -54,7 +54,7 @@ _B64_ANY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{32,}={0,2}", re.ASCII)
 # Found from a line break (a literal: ``re`` searches for it at memory speed), then the whole line.
 _B64_LINE = re.compile(r"\n[ \t]*(?P<v>[A-Za-z0-9+/]{24,}={0,2})[ \t]*(?=\n|$)", re.ASCII)
 MAX_DECODED = 65_536
-_USER_PASS = re.compile(r"[^\s:]{1,128}:(\S{8,256})", re.ASCII)
+_USER_PASS = re.compile(r"[A-Za-z0-9._@+\\-]{1,128}:(\S{8,256})", re.ASCII)  # a user name, not '{"alg"'
 _ESCAPED = re.compile(r"%(?:2[0-9A-Fa-f]|3[A-Fa-f]|40|5[BDbd]|7[BDbd])|\\[\"'nt/]")
 
 
@@ -178,7 +178,10 @@ _PROSE = re.compile(
     r":?[ \t`*\"']{1,4}"
     r"(?P<v>[^\s`\"'<>,;)]{12,256})", re.ASCII)
 _QUALIFIER = re.compile(r"(?i:api|access|license|secret|private|master|signing|encryption|auth)[ _-]?$", re.ASCII)
+_QUALIFIERS = tuple(q + sep for q in ("api", "access", "license", "secret", "private", "master", "signing",
+                                      "encryption", "auth") for sep in ("", " ", "_", "-"))
 _TRAILING = ",;:!?)]}*_`'\""
+_PROSE_VALUE_CHAR = re.compile(r"[^\s`\"'<>,;)]", re.ASCII)
 _NAME_LIKE = re.compile(r"[a-z0-9]+(?:[-_./][a-z0-9]+)+|[A-Za-z0-9.-]+\.[a-z]{2,}(?:/\S*)?", re.ASCII)
 _PATH_PART = re.compile(r"/[a-z][a-z0-9-]{2,}(?:\.[a-z]{2,4})?/|\.(?:ya?ml|json|md|txt|conf|toml|ini)\b", re.ASCII)
 _HEADER_WORD = re.compile(rf"(?i:\b(?:{PROSE_WORD}|pass|credential|creds?)s?\b)", re.ASCII)
@@ -212,6 +215,8 @@ def _line(text: str, at: int) -> Span:
 def _prose_value(text: str, at: int, random: Callable[[str, int], bool]) -> Span | None:
     """A secret's word at ``at``, then its value after white space (netrc) or a verb."""
     if text.startswith(("key", "Key", "KEY"), at):  # "API key", "signing key": the name starts at its qualifier
+        if not text[max(0, at - 13):at].lower().endswith(_QUALIFIERS):
+            return None
         qualifier = _QUALIFIER.search(text, max(0, at - 16), at)
         if qualifier is None:
             return None
@@ -219,8 +224,8 @@ def _prose_value(text: str, at: int, random: Callable[[str, int], bool]) -> Span
     if at > 0 and (text[at - 1].isalnum() or text[at - 1] == "_"):
         return None  # inside a word ("bypass"); "DB_PASSWORD=" is the assignment rule's
     match = _PROSE.match(text, at)
-    if match is None:
-        return None
+    if match is None or _PROSE_VALUE_CHAR.match(text, match.end()):
+        return None  # no value, or one longer than any password or token (data: read in layers)
     value = match["v"]
     value = value[:-1] if value.endswith(".") and not value.endswith("..") else value
     value = value.rstrip(_TRAILING)
@@ -272,6 +277,7 @@ _SPEAKER = re.compile(r"[ \t>]*(?:\[[^\]\n]{1,40}\][ \t]*)?(?:<[^>\n]{1,40}>|[A-
 
 #: A shell prompt before a command: what follows the command is its output.
 _PROMPTS = ("$ ", "% ", "PS> ", "PS C:\\")
+_LEADS = frozenset({"it's", "its", "it is", "use", "try", "here", "sure", "sure,", "ok", "ok,"})
 _ASSIGNED = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*[ \t]*[:=][ \t]*[^=\s]", re.ASCII)  # not base64's padding
 
 
@@ -290,9 +296,12 @@ def _answer(text: str, pos: int, random: Callable[[str, int], bool]) -> Span | N
         if text.startswith(("```", "~~~"), start):
             return None  # the lead-in belongs to the text before a code block, not to its lines
         lines += 1
-        lead = _SPEAKER.match(text, start, end)
-        at = lead.end() if lead is not None else start
+        speaker = _SPEAKER.match(text, start, end)
+        at = speaker.end() if speaker is not None else start
         value = text[at:end].strip().strip("`\"',").rstrip(".")
+        lead, _, last = value.rpartition(" ")
+        if lead and len(lead.split()) <= 4 and (lead.endswith(":") or lead.lower() in _LEADS):
+            value = last.strip("`\"',").rstrip(".")  # "here you go: s3cr3t…", "it's s3cr3t…": a short lead-in
         if value and " " not in value and not _ASSIGNED.match(value) and generated(value, random):
             first = text.find(value, at, end)
             return first, first + len(value)
@@ -349,7 +358,8 @@ def _on_line(text: str, line: Span, random: Callable[[str, int], bool], walked: 
         for match in _USER_SLASH.finditer(text, *line):
             if generated(match["v"].rstrip(_TRAILING), random):
                 yield "generic_secret", match.start("v"), match.start("v") + len(match["v"].rstrip(_TRAILING))
-    if (seg.rstrip().endswith(("?", ":")) or "? " in seg or seg.lstrip().startswith(_PROMPTS)) \
+    asks = seg.rstrip().endswith("?") or "? " in seg or (seg.rstrip().endswith(":") and "(" not in seg)  # not code
+    if (asks or seg.lstrip().startswith(_PROMPTS)) \
             and (_HEADER_WORD.search(seg) or _CREDS.search(seg)):
         answer = _answer(text, line[1] + 1, random)
         if answer is not None:
@@ -399,14 +409,65 @@ _CIPHER_PREFIX = ("ENC[", "ENC(", "{cipher}", "vault:v", "$ANSIBLE_VAULT", "AQIC
 _CIPHER_MARK = re.compile(r"\$ANSIBLE_VAULT;|!vault\b|<CipherValue>|-----BEGIN (?:PGP|AGE ENCRYPTED)|"
                           r"\bkind:\s*SealedSecret\b|ENC\[(?:AES256_GCM|PKCS7)", re.ASCII)
 _INDENT = re.compile(r"[ \t]*")
+# A value an encryption tool wrapped: ``ENC(…)``, ``ENC[…]``, a custom ``ENC@[…]`` (jasypt's configurable prefix).
+_ENC_WRAPPED = re.compile(r"ENC[^A-Za-z0-9\s]{0,2}[\[(]", re.ASCII)
+# Fields of a cipher string: an IV or nonce, the ciphertext, perhaps a MAC — joined by "|" (Bitwarden's
+# ``2.iv|ct|mac``) or "--" (Rails' ``credentials.yml.enc``, ``ct--iv--tag``), each base64.
+_CIPHER_FIELDS = re.compile(r"(?:[0-9]\.)?([A-Za-z0-9+/]{16,}={0,2})(?:\||--)([A-Za-z0-9+/]{16,}={0,2})"
+                            r"(?:(?:\||--)([A-Za-z0-9+/]{16,}={0,2}))?", re.ASCII)
+
+
+def _openpgp_message(value: str) -> bool:
+    """Base64 of an OpenPGP message: its first packet a public-key encrypted session key (tag 1,
+    version 3, then a key id and a public-key algorithm) or a symmetric-key one (tag 3, version 4,
+    then a cipher and an S2K type), old or new format — how ``gpg --encrypt`` output and Vault's
+    PGP-wrapped unseal keys start. A random value passes about once in 10^5; a private key's packets
+    are tags 5 and 7, so no secret key passes."""
+    if len(value) < 64:
+        return False
+    try:
+        head = base64.b64decode(value[:24], validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    first = head[0]
+    if first & 0xC0 == 0xC0:  # new format: the tag in the low six bits, then a length of 1, 2 or 5 octets
+        tag, at = first & 0x3F, 2 if head[1] < 192 else 3 if head[1] < 224 else 6
+    elif first & 0xC0 == 0x80:  # old format: the tag in bits 2-5, the length's size in bits 0-1
+        tag, at = (first >> 2) & 0x0F, 1 + (1, 2, 4, 0)[first & 3]
+    else:
+        return False
+    if tag == 1:
+        return head[at] in (3, 6) and at + 9 < len(head) and head[at + 9] in (1, 2, 3, 16, 18, 22)
+    if tag == 3:
+        return head[at] in (4, 5, 6) and head[at + 1] in range(1, 14) and head[at + 2] in (0, 1, 3, 4)
+    return False
+
+
+def _cipher_string(value: str) -> bool:
+    """Fields of a cipher string (`_CIPHER_FIELDS`) one of which decodes to a 12- or 16-byte IV or nonce."""
+    match = _CIPHER_FIELDS.fullmatch(value)
+    if match is None:
+        return False
+    for field in match.groups():
+        if field is not None:
+            try:
+                if len(base64.b64decode(field, validate=True)) in (12, 16):
+                    return True
+            except (binascii.Error, ValueError):
+                continue
+    return False
 
 
 def is_ciphertext_context(text: str, start: int, value: str) -> bool:
     """``value`` at ``start`` is committed ciphertext, not a credential: it carries an encryption
-    tool's mark (`_CIPHER_PREFIX`), the few lines before it do (an Ansible ``!vault |`` block, an
-    XML ``<CipherValue>``, a PGP or age armor), or it is nested under a key that holds ciphertext
-    in YAML (a Sealed Secret's ``encryptedData:``, SOPS's ``sops:``, `_CIPHERTEXT_KEYS`)."""
-    if value.lstrip("\"'").startswith(_CIPHER_PREFIX) or text.startswith(_CIPHER_PREFIX, start):
+    tool's mark (`_CIPHER_PREFIX`, an ``ENC…(`` wrapper), is the base64 of an OpenPGP message or a
+    cipher string's fields (`_openpgp_message`, `_cipher_string`), the few lines before it do (an
+    Ansible ``!vault |`` block, an XML ``<CipherValue>``, a PGP or age armor), or it is nested under
+    a key that holds ciphertext in YAML (a Sealed Secret's ``encryptedData:``, SOPS's ``sops:``,
+    `_CIPHERTEXT_KEYS`)."""
+    bare = value.lstrip("\"'")
+    if bare.startswith(_CIPHER_PREFIX) or text.startswith(_CIPHER_PREFIX, start) or _ENC_WRAPPED.match(bare) \
+            or _openpgp_message(bare) or _cipher_string(bare):
         return True
     window = text.rfind("\n", 0, max(0, text.rfind("\n", 0, max(0, text.rfind("\n", 0, start))))) + 1
     if _CIPHER_MARK.search(text, window, start) is not None:

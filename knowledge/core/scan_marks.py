@@ -7,8 +7,9 @@ provider prefix (``ghp_``, ``AKIA``, ``-----BEGIN``), ``://``, or a word that na
 ``aho-corasick`` crate behind ripgrep, with its SIMD prefilter) finds all of them in one pass, and a
 rule whose literal is absent costs nothing more.
 
-Case-sensitive literals are found in the text, words in its lower-cased copy (the same offsets:
-where ``str.lower`` would change a string's length, as for ``İ``, only ASCII letters are lowered).
+All of them are searched for in one pass over the text's lower-cased copy (the same offsets: where
+``str.lower`` would change a string's length, as for ``İ``, only ASCII letters are lowered); a
+case-sensitive literal found there is then checked against the text as written.
 """
 
 from __future__ import annotations
@@ -30,42 +31,50 @@ def lowered(text: str) -> str:
 
 
 class Literals:
-    """A fixed set of literals, searched for all at once: `find` maps each present one to its offsets."""
+    """A fixed set of literals, searched for all at once in a text's lower-cased copy: ``cased`` ones
+    must then also stand as written in the text (``AKIA``, ``Basic ``), ``words`` in any case."""
 
-    def __init__(self, literals: Iterable[str]) -> None:
-        self.literals = tuple(dict.fromkeys(literals))
-        self._automaton = ahocorasick_rs.AhoCorasick(list(self.literals))
+    def __init__(self, cased: Iterable[str], words: Iterable[str]) -> None:
+        self._variants: dict[str, list[tuple[str, bool]]] = defaultdict(list)  # lower case -> (literal, cased)
+        for literal in dict.fromkeys(cased):
+            self._variants[literal.lower()].append((literal, True))
+        for word in dict.fromkeys(words):
+            self._variants[word.lower()].append((word, False))
+        self._keys = tuple(self._variants)
+        self._automaton = ahocorasick_rs.AhoCorasick(list(self._keys))
 
-    def find(self, text: str) -> dict[str, list[int]]:
-        """Every start offset of every literal in ``text`` (overlapping ones too), ascending per literal."""
+    def find(self, text: str, low: str) -> dict[str, list[int]]:
+        """Every start offset of every literal (overlapping ones too), ascending per literal; ``low``
+        is ``lowered(text)``."""
         found: defaultdict[str, list[int]] = defaultdict(list)
         try:
-            matches = self._automaton.find_matches_as_indexes(text, overlapping=True)
+            matches = self._automaton.find_matches_as_indexes(low, overlapping=True)
         except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form: one stand-in for it keeps the offsets
-            matches = self._automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", text), overlapping=True)
+            matches = self._automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", low), overlapping=True)
         for index, start, _ in matches:
-            found[self.literals[index]].append(start)
+            for literal, cased in self._variants[self._keys[index]]:
+                if not cased or text.startswith(literal, start):
+                    found[literal].append(start)
         return found
 
 
 class Marks:
-    """One text's literal offsets: ``cased`` in the text as written, ``words`` in ``low``."""
+    """One text's literal offsets (`Literals.find`), and its lower-cased copy ``low``."""
 
-    __slots__ = ("_at", "cased", "low", "present", "text", "words")
+    __slots__ = ("_at", "found", "low", "present", "text")
 
-    def __init__(self, text: str, cased: Literals, words: Literals) -> None:
+    def __init__(self, text: str, literals: Literals) -> None:
         self.text = text
         self.low = lowered(text)
-        self.cased = cased.find(text)
-        self.words = words.find(self.low)
-        self.present = frozenset(self.cased) | frozenset(self.words)
+        self.found = literals.find(text, self.low)
+        self.present = frozenset(self.found)
         self._at: dict[tuple[str, ...], list[int]] = {}
 
     def at(self, *literals: str) -> list[int]:
-        """Ascending offsets of any of ``literals`` (cased or word); the same list for the same literals."""
+        """Ascending offsets of any of ``literals``; the same list for the same literals."""
         if (known := self._at.get(literals)) is not None:
             return known
-        lists = [found for literal in literals if (found := self.cased.get(literal) or self.words.get(literal))]
+        lists = [found for literal in literals if (found := self.found.get(literal))]
         # One literal's offsets are ascending and distinct already.
         merged = lists[0] if len(lists) == 1 else sorted({at for found in lists for at in found})
         self._at[literals] = merged

@@ -86,6 +86,10 @@ PUBLISHED_EXAMPLES: frozenset[str] = frozenset(fingerprint(v) for v in (
     # The Kubernetes documentation's Secret examples ("Managing Secrets using kubectl", "Distributing
     # Credentials Securely"), as written and as their manifests hold them in base64.
     "S!B\\*d$zDsb=", "S!B*d$zDsb=", "1f2d1e2e67df", "MWYyZDFlMmU2N2Rm", "39528$vdg7Jb", "Mzk1MjgkdmRnN0pi",
+    # Slack's API documentation, oauth.v2.access: the example bot token.
+    "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy",
+    # … and "Verifying requests from Slack": the worked example's signing secret.
+    "8f742231b10e8888abcd99yyyzzz85a5",
     # Flask's documentation ("Sessions", the quickstart): the example secret_key, as its source spells it.
     '_5#y2L"F4Q8z\\n\\xec]/',
 ))
@@ -352,7 +356,7 @@ def _b64_pem_ok(value: str) -> bool:
 # the value is read only for a key that names a secret. A value never starts with "//" (skipping the "://"
 # of every URL, most separator hits in prose) nor with another separator (so "====" is not a candidate).
 _ASSIGNMENT = re.compile(
-    r"[:=][=>]?[ \t]{0,4}(?:[bBrRuU]{0,2}(?P<q>[\"'`])(?P<qv>[^\s\"'`][^\n\"'`]{11})"  # b'…', r"…": literals too
+    r"[:=][=>:]?[ \t]{0,4}(?:[bBrRuU]{0,2}(?P<q>[\"'`])(?P<qv>[^\s\"'`][^\n\"'`]{11})"  # b'…', r"…": literals too
     r"|(?P<v>(?!//)[^\s\"'`,;:=][^\s\"'`,;]{11}))",
     re.ASCII,
 )
@@ -371,6 +375,8 @@ def _key_before(text: str, sep: int) -> str:
     """The key name ending just before a separator: ``DB_PASSWORD``, ``"password"``, ``clientSecret``."""
     low = max(0, sep - 72)
     end = sep
+    if end > low and text[end - 1] in "?+!" and text.startswith("=", sep):  # make's ?=, +=, != assignments
+        end -= 1
     while end > low and text[end - 1] in " \t":
         end -= 1
     if end > low and text[end - 1] == "]":  # a subscript: config['SECRET_KEY'] = …, env["TOKEN"]: …
@@ -397,6 +403,8 @@ def _separators(text: str, marks: Marks) -> list[int]:
         if end < end_of_text and text[end] == "]":
             end += 1
         while end < end_of_text and text[end] in " \t":
+            end += 1
+        if end + 1 < end_of_text and text[end] in "?+!" and text[end + 1] == "=":  # make's ?=, +=, !=
             end += 1
         if end < end_of_text and text[end] in ":=":
             seps.add(end)
@@ -429,6 +437,8 @@ def _assignments(text: str, marks: Marks) -> Iterator[Span]:
         else:
             rest = _VALUE_REST.match(text, start + 12)
             end = rest.end() if rest is not None else start + 12
+            if end - start == 256 and _VALUE_REST.match(text, end, end + 1).end() > end:  # type: ignore[union-attr]
+                continue  # longer than any password or token: data (a ciphertext, an encoded file), read in layers
         value = text[start:end]
         judged = value.removeprefix(_DJANGO_DEV_PREFIX)  # Django marks its generated dev keys; still keys
         if _written(judged) or _ETCD_SIMPLE_TOKEN.fullmatch(value):
@@ -453,7 +463,7 @@ class Rule:
 
     kind: str
     # The literals a match starts with (`knowledge.core.scan_marks` finds them all in one pass); the pattern is
-    # tried only where one of them is.
+    # tried only where one of them is. None: the pattern is searched for as it is (Twilio's "AC", "SK").
     starts: tuple[str, ...]
     pattern: re.Pattern[str]
     confirm: Callable[[re.Match[str]], Span | None]
@@ -470,6 +480,9 @@ class Rule:
 
 def _matches(rule: Rule, text: str, marks: Marks) -> Iterator[re.Match[str]]:
     """Exactly ``rule.pattern.finditer(text)``, tried only at the rule's literals, in linear time."""
+    if not rule.starts:  # a literal too short and common to look for with the others: ``re`` finds it
+        yield from rule.pattern.finditer(text)
+        return
     pos = 0
     for start in marks.at(*rule.starts):
         if start < pos:
@@ -606,12 +619,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("huggingface_token", ("hf_",), _token(r"hf_[A-Za-z0-9]{34}"), _value(lambda v: _random_part(v[3:], 3.5))),
     Rule(
-        "twilio_credentials", ("AC",),
+        "twilio_credentials", (),
         re.compile(r"AC[0-9a-f]{32}:(?P<v>[0-9a-f]{32})" + _END, re.ASCII),  # account SID : auth token
         _value(lambda v: _random_part(v, 2.7)),
     ),
     Rule(
-        "twilio_credentials", ("SK",),
+        "twilio_credentials", (),
         re.compile(r"SK[0-9a-fA-F]{32}:(?P<v>[A-Za-z0-9]{32})" + _END, re.ASCII),  # API key SID : its secret
         _value(_random_part),
     ),
@@ -629,14 +642,14 @@ RULES: tuple[Rule, ...] = (
         defers=True,
     ),
     Rule(
-        "basic_auth_header", ("Basic ",),
-        re.compile(r"Basic (?P<v>[A-Za-z0-9+/]{12,}={0,2})" + _END, re.ASCII),
+        "basic_auth_header", ("Basic ", "basic ", "BASIC "),  # the scheme is case-insensitive (RFC 7617)
+        re.compile(r"(?:Basic|basic|BASIC) (?P<v>[A-Za-z0-9+/]{12,}={0,2})" + _END, re.ASCII),
         _value(_basic_auth_ok),
     ),
 )
 
-_CASED = Literals([*(start for rule in RULES for start in rule.starts), *LAYER_LITERALS, *CONTEXT_LITERALS])
-_WORDS = Literals([*HINTS, *LAYER_WORDS, *CONTEXT_WORDS])
+_LITERALS = Literals([*(start for rule in RULES for start in rule.starts), *LAYER_LITERALS, *CONTEXT_LITERALS],
+                     [*HINTS, *LAYER_WORDS, *CONTEXT_WORDS])
 
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
@@ -662,15 +675,27 @@ class SpanSet:
         self._ends[i:j] = [end]
 
 
+#: A standard's example, quoted: "RFC 6749, section 4.1.4", "RFC8693 §2.3" in the lines before a value (an
+#: HTTP exchange's request line, headers and body fit in twelve).
+_RFC = re.compile(r"\bRFC[ -]?[0-9]{3,5}\b", re.ASCII)
+
+
+def _cites_a_standard(text: str, start: int) -> bool:
+    """The twelve lines before ``start`` (its own included) cite an RFC: the value is the standard's
+    published example (RFC 6749's, 7519's, 8693's tokens), which authenticates nothing anyone owns."""
+    before = text[max(0, start - 1200):start]
+    return _RFC.search("\n".join(before.split("\n")[-12:])) is not None
+
+
 def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
     """Every (kind, start, end) a rule confirms, provider rules first; spans may overlap across rules.
     With ``layers`` > 0, also what `knowledge.core.scan_layers` finds in the structure and in decoded
     layers, each scanned with one layer fewer (a base64 ``.dockerconfigjson`` whose ``auth`` is
     base64 again: two)."""
-    marks = Marks(text, _CASED, _WORDS)
+    marks = Marks(text, _LITERALS)
     vetoed = SpanSet()  # provider-format values their own rule rejected (a bad checksum, a masked body)
     for rule in RULES:
-        if not marks.has(*rule.starts):
+        if rule.starts and not marks.has(*rule.starts):
             continue
         for match in _matches(rule, text, marks):
             start = match.start()
@@ -687,7 +712,7 @@ def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
                 yield rule.kind, span[0], span[1]
     for start, end in _assignments(text, marks):
         if not vetoed.overlaps(start, end) and not audited(text[start:end]) \
-                and not is_ciphertext_context(text, start, text[start:end]):
+                and not is_ciphertext_context(text, start, text[start:end]) and not _cites_a_standard(text, start):
             yield "generic_secret", start, end
     if not layers:
         return
@@ -700,6 +725,6 @@ def candidates(text: str, layers: int = 2) -> Iterator[tuple[str, int, int]]:
     for kind, start, end in found:
         value = text[start:end]
         if vetoed.overlaps(start, end) or audited(value) \
-                or is_ciphertext_context(text, start, value):
+                or is_ciphertext_context(text, start, value) or _cites_a_standard(text, start):
             continue
         yield kind, start, end

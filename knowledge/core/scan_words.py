@@ -38,6 +38,9 @@ HINTS = ("pass", "pwd", "secret", "token", "key", "credential", "basic_auth", "b
          "honeycomb-team", "honeycomb_team")
 
 
+_LOW_NAME = re.compile(SECRET_NAME.pattern.replace("(?i:", "(?:"), re.ASCII)  # for lower-cased names: faster
+
+
 def names_secret(name: str) -> bool:
     """A key or identifier name that names a secret (and not something about one)."""
-    return SECRET_NAME.search(name) is not None and NOT_SECRET_NAME.search(name) is None
+    return _LOW_NAME.search(name.lower()) is not None and NOT_SECRET_NAME.search(name) is None

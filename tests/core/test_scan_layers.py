@@ -120,9 +120,9 @@ def test_hostile_input_for_the_structure_rules_stays_linear() -> None:
 
 
 def test_the_generated_families_are_caught_and_their_clean_look_alikes_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A regression guard over `scripts/build_secrets.py`'s 1,760 documents (8 families, 220 shapes;
+    """A regression guard over `scripts/build_secrets.py`'s 2,168 documents (8 families, 271 shapes;
     `scripts/eval_secret_families.py` prints the table): no clean document refused, and the share of
-    credentials caught no lower than this build measured (fit 0.986, check 0.941)."""
+    credentials caught no lower than this build measured (fit 0.978, check 0.941)."""
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -131,7 +131,7 @@ def test_the_generated_families_are_caught_and_their_clean_look_alikes_pass(monk
     records = build(seed=32)
     refused = [r["shape"] for r in records if r["label"] == "clean" and find_secrets(r["text"])]
     assert refused == []
-    for part, floor in (("fit", 0.98), ("check", 0.94)):
+    for part, floor in (("fit", 0.975), ("check", 0.94)):
         secrets = [r for r in records if r["label"] == "secret" and r["part"] == part]
         caught = sum(bool(find_secrets(r["text"])) for r in secrets)
         assert caught / len(secrets) >= floor, (part, caught, len(secrets))

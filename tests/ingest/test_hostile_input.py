@@ -56,7 +56,7 @@ from knowledge.core.prepare import PreparedDocument, prepare
 from knowledge.core.render import parse_knowledge_block, render_knowledge_block
 from knowledge.core.scan import _html_comments, find_secrets, is_instruction_like
 from knowledge.core.scan_marks import Marks
-from knowledge.core.scan_rules import _ASSIGNMENT, _CASED, _WORDS, RULES, _assignments, _matches
+from knowledge.core.scan_rules import _ASSIGNMENT, _LITERALS, RULES, _assignments, _matches
 from knowledge.errors import ExtractionRefused, IngestRefused
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.vocabulary import Structure
@@ -524,7 +524,7 @@ def test_rewrites_agree_with_the_regexes_they_replace(text: str) -> None:
             old_paragraphs.append((start, end))
     assert paragraphs == old_paragraphs
     assert list(_html_comments(text)) == OLD_HTML_COMMENT.findall(text)
-    marks = Marks(text, _CASED, _WORDS)
+    marks = Marks(text, _LITERALS)
     for rule in RULES:
         assert [m.span() for m in _matches(rule, text, marks)] == [m.span() for m in rule.pattern.finditer(text)]
 
@@ -577,7 +577,7 @@ assignment_texts = st.lists(st.one_of(_ASSIGNMENT_PARTS, _ONE_ASSIGNMENT), max_s
 @example("config['SECRET_KEY'] = 'k9Qv2LmX8pRt4Wz7Ys1N'")
 @example("İİ password: k9Qv2LmX8pRt4Wz7Ys1N")
 def test_assignments_found_from_the_keys_match_the_separator_first_search(text: str) -> None:
-    assert list(_assignments(text, Marks(text, _CASED, _WORDS))) == old_assignments(text)
+    assert list(_assignments(text, Marks(text, _LITERALS))) == old_assignments(text)
 
 
 @settings(max_examples=500, deadline=None)
