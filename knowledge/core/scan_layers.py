@@ -309,12 +309,23 @@ def _answer(text: str, pos: int, random: Callable[[str, int], bool]) -> Span | N
     return None
 
 
+def _key_matters(text: str, low: str, at: int) -> bool:
+    """A "key" at ``at`` that a rule here may read: part of a name (``apiKey``, ``api_key``), after a
+    qualifier ("API key"), or a field's name (``key=``, ``key="…"``, ``keys=``)."""
+    before = text[at - 1] if at else " "
+    return (before.isalnum() or before in "_-." or low[max(0, at - 13):at].endswith(_QUALIFIERS)
+            or text.startswith(("=", "s=", '"', ":"), at + 3))
+
+
 def keyed_values(text: str, marks: Marks, random: Callable[[str, int], bool]) -> Iterator[tuple[str, int, int]]:
     """Values a secret's word names without an assignment's separator (see the module docstring):
     prose and netrc values, table columns, XML elements and ``key=/value=`` pairs, literals
     concatenated after a secret's key, URL query parameters; and URL user parts that are keys."""
     line_end, walked = -1, [-1]
+    low = marks.low
     for at in marks.at(*_ANCHORS):
+        if low.startswith("key", at) and not _key_matters(text, low, at):
+            continue  # "key" as a word of prose ("the key point"): nothing here reads it
         span = _prose_value(text, at, random)
         if span is not None:
             yield "generic_secret", *span
