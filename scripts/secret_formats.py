@@ -420,3 +420,28 @@ def secret_value(r: Random) -> str:
 def k8s_secret(c: dict[str, object], data: str, kind: str = "Opaque", section: str = "data") -> str:
     return (f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: {c['svc']}-credentials\n  namespace: {c['ns']}\n"
             f"type: {kind}\n{section}:\n{data}")
+
+
+LOWER = "abcdefghijklmnopqrstuvwxyz"
+UPPER_NUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+Maker = Callable[[Random], Made]
+
+
+def prefixed(prefix: str) -> Callable[[str, str | None], Callable[[Maker], Maker]]:
+    """`shape` with the names prefixed ``<prefix>-``: a module's shapes never collide with another module's."""
+
+    def decorator(family: str, lang: str | None = "text") -> Callable[[Maker], Maker]:
+        def register(make: Maker) -> Maker:
+            make.__name__ = f"{prefix}_{make.__name__}"
+            return shape(family, lang)(make)
+
+        return register
+
+    return decorator
+
+
+def uuid4(r: Random) -> str:
+    h = hexs(r, 32)
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{r.choice('89ab')}{h[17:20]}-{h[20:]}"

@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import json
 import struct
-from collections.abc import Callable
 from random import Random
 
 from cryptography import x509
@@ -23,8 +22,10 @@ from cryptography.x509.oid import NameOID
 from secret_formats import (
     ALNUM,
     DOMAINS,
+    LOWER,
     PEOPLE,
     SERVICES,
+    UPPER_NUM,
     Made,
     age_armor,
     age_recipient,
@@ -47,35 +48,20 @@ from secret_formats import (
     pgp_armor,
     pgp_packet,
     pick,
+    prefixed,
     rsa_spki,
     seq,
-    shape,
     sops_enc,
     ssh_ed25519_pub,
     sstr,
     url_quote,
     user,
+    uuid4,
     vault_hex,
     wrap,
 )
 
-LOWER = "abcdefghijklmnopqrstuvwxyz"
-UPPER_NUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-
-
-def more(family: str, lang: str | None = "text") -> Callable[[Callable[[Random], Made]], Callable[[Random], Made]]:
-    """`shape`, with the names prefixed ``more-``: this module's shapes never collide with another module's."""
-
-    def register(make: Callable[[Random], Made]) -> Callable[[Random], Made]:
-        make.__name__ = "more_" + make.__name__
-        return shape(family, lang)(make)
-
-    return register
-
-
-def uuid4(r: Random) -> str:
-    h = hexs(r, 32)
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{r.choice('89ab')}{h[17:20]}-{h[20:]}"
+more = prefixed("more")
 
 
 def person(r: Random) -> str:

@@ -14,7 +14,6 @@ import hashlib
 import hmac
 import json
 import struct
-from collections.abc import Callable
 from random import Random
 
 from secret_formats import (
@@ -22,6 +21,7 @@ from secret_formats import (
     DOMAINS,
     PEOPLE,
     SERVICES,
+    UPPER_NUM,
     Made,
     age_armor,
     age_recipient,
@@ -39,31 +39,16 @@ from secret_formats import (
     pgp_armor,
     pgp_packet,
     pick,
+    prefixed,
     rsa_pkcs8,
     sealed,
-    shape,
     sops_enc,
+    uuid4,
     vault_hex,
     wrap,
 )
 
-LOWER = "abcdefghijklmnopqrstuvwxyz"
-UPPER_NUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-
-
-def more2(family: str, lang: str | None = "text") -> Callable[[Callable[[Random], Made]], Callable[[Random], Made]]:
-    """`shape`, with the names prefixed ``more2-``: this module's shapes never collide with another module's."""
-
-    def register(make: Callable[[Random], Made]) -> Callable[[Random], Made]:
-        make.__name__ = "more2_" + make.__name__
-        return shape(family, lang)(make)
-
-    return register
-
-
-def uuid4(r: Random) -> str:
-    h = hexs(r, 32)
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{r.choice('89ab')}{h[17:20]}-{h[20:]}"
+more2 = prefixed("more2")
 
 
 def domain(r: Random) -> str:
