@@ -83,7 +83,8 @@ class Settings(BaseModel):
     worker_restart_base_seconds: float = Field(default=1.0, ge=0)
     worker_restart_max_seconds: float = Field(default=60.0, ge=0)
 
-    #: The semantic arm (pgvector, fused with the lexical arm by RRF): True requires the
+    #: The semantic arm (pgvector; its candidates join the lexical arm's before the relevance model
+    #: ranks them, or RRF fuses the two under ``knowledge-v1``): True requires the
     #: ``semantic`` extra and pgvector; False is lexical-only; None, the measured default
     #: (`knowledge.semantic.MEASURED_DEFAULT`) where the extra is installed. ``$KNOWLEDGE_SEMANTIC_ARM``.
     semantic_arm: bool | None = Field(default_factory=default_semantic_arm)

@@ -218,7 +218,7 @@ async def run(args: argparse.Namespace) -> None:
             rows.append(("knowledge.ingest, 1 at a time", t_seq, total_mb / t_seq, f"{t_floor / t_seq:.2f}x"))
             rows.append((f"knowledge.ingest, {args.concurrency} at a time", t_conc, total_mb / t_conc,
                          f"{t_floor / t_conc:.2f}x"))
-            rows.append(("knowledge.ingest_many (bulk)", t_many, total_mb / t_many, f"{t_floor / t_many:.2f}x"))
+            rows.append(("svc.ingest_many (bulk)", t_many, total_mb / t_many, f"{t_floor / t_many:.2f}x"))
             rows.append(("  of which normalize+scan+chunk (in process)", pure, total_mb / pure, "-"))
             rows.append(("  of which the secret scan (find_secrets)", scan, total_mb / scan,
                          f"{scan / (pure - scan):.0%} of the rest of prepare"))

@@ -126,7 +126,7 @@ async def arm_result(arm: Arm, db: Database, query: KnowledgeQuery, limit: int) 
 
 def merge_arms(results: Sequence[ArmResult]) -> list[Candidate]:
     """One candidate per chunk, carrying its rank in every arm that returned it and its strongest
-    evidence; fusion itself (RRF) is the ranker's."""
+    evidence; ranking them is the ranker's (the relevance model by default, RRF under ``knowledge-v1``)."""
     merged: dict[str, Candidate] = {}
     for result in results:
         for cand in result.candidates:
