@@ -21,6 +21,7 @@ from knowledge.models import KnowledgeQuery, TrustLevel
 from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
 from tests.conftest import corpus_missing
+from tests.helpers.progress import wait_embedded
 from tests.retrieval.test_search import writer
 
 QA = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "qa" / "docs-dev.jsonl"
@@ -70,9 +71,8 @@ async def test_gate_corpus_retrieval(default_service: KnowledgeService) -> None:
         with contextlib.suppress(IngestRefused):  # the one file holding a live-format credential
             await service.ingest(ref, str(path.relative_to(corpus)), "tenant", writer(tenant, "ops"),
                                  origin_trust=TrustLevel.USER)
-    if service.drain is not None:
-        with anyio.fail_after(900):
-            await service.wait_embedded(tenant_id=tenant)
+    if service.drain is not None:  # as long as it takes while chunks keep being embedded
+        await wait_embedded(service, tenant_id=tenant)
     questions = [json.loads(line) for line in (await anyio.Path(QA).read_text(encoding="utf-8")).splitlines()
                  if line.strip()]
     hits = answerable = retrieved = irrelevant = unanswerable_empty = answerable_empty = 0

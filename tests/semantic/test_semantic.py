@@ -30,6 +30,7 @@ from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
 from knowledge.supervisors.embedder import BATCH_PASSAGES
 from tests.cli.test_cli import knowledge  # noqa: F401  (the CLI fixture)
+from tests.helpers.progress import wait_embedded
 from tests.ingest.test_ingest import footprint, nothing_but_inputs, put, writer
 from tests.ingest.test_versions import ParagraphChunker
 
@@ -86,8 +87,7 @@ async def ingest(svc: KnowledgeService, tenant: str, text: str, *, embedded: boo
     doc = await svc.ingest(ref, kw.pop("title", "ops.md"), kw.pop("visibility", "tenant"), writer(tenant),
                            origin_trust=TrustLevel.USER, **kw)
     if embedded:
-        with anyio.fail_after(300):
-            await svc.wait_embedded(doc.document_id, tenant_id=tenant)
+        await wait_embedded(svc, document_id=doc.document_id, tenant_id=tenant)
     return doc.document_id
 
 
@@ -125,8 +125,7 @@ async def test_gate_queued_with_its_chunks_and_vectors_never_outlive_them(semant
     assert in_tx == {"queued": 1, "vectors": 0}  # queued inside the ingest's transaction, no vector yet
     lexical, sem = arms(semantic)
     assert {c.document_id for c in await lexical.search(semantic.db, q(tenant, "snapshot restore"), 50)} == {doc}
-    with anyio.fail_after(300):
-        await semantic.wait_embedded(doc, tenant_id=tenant)
+    await wait_embedded(semantic, document_id=doc, tenant_id=tenant)
     fp = await footprint(semantic, tenant)
     assert fp["chunks"] == fp["index_rows"] > 0 and await queued(semantic, tenant) == []
     assert await chunks_without_vectors(semantic, tenant) == 0 and await vectors_of(semantic, tenant) >= fp["chunks"]
@@ -239,8 +238,7 @@ async def test_an_embedder_killed_mid_backlog_loses_nothing(semantic: KnowledgeS
         while drain.embedded_chunks == before or not drain.in_flight:  # noqa: ASYNC110  (the drain's state)
             await anyio.sleep(0.01)
     os.killpg(first, signal.SIGKILL)
-    with anyio.fail_after(600):
-        await semantic.wait_embedded(doc, tenant_id=big)
+    await wait_embedded(semantic, document_id=doc, tenant_id=big)
     assert embedder.pid not in (None, first) and embedder.restarts == 1
     assert await chunks_without_vectors(semantic, big) == 0 and await queued(semantic, big) == []
     assert doc in {c.document_id for c in await arms(semantic)[1].search(
@@ -409,8 +407,7 @@ async def test_rechunk_embeds_the_new_chunk_set(semantic: KnowledgeService, tena
     doc = await ingest(semantic, tenant, BACKUPS)
     count = await semantic.rechunk(doc, ParagraphChunker(), writer(tenant))
     assert len(await queued(semantic, tenant)) <= 1  # the new set, queued in the re-chunk's transaction
-    with anyio.fail_after(300):
-        await semantic.wait_embedded(doc, tenant_id=tenant)
+    await wait_embedded(semantic, document_id=doc, tenant_id=tenant)
     assert count >= 1 and await chunks_without_vectors(semantic, tenant) == 0
     found = await arms(semantic)[1].search(semantic.db, q(tenant, "change the admin password"), 10)
     assert found and all(c.chunk_id.startswith("kc_") for c in found)

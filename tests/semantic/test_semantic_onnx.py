@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from knowledge.semantic.encoder import Encoder, available, onnx_file
+
+np = pytest.importorskip("numpy", reason="the semantic extra is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT.parent / "shared" / "corpus" / "docs-etcd" / "op-guide"
