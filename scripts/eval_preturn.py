@@ -23,7 +23,7 @@ with pre-turn retrieval on (`TurnRequest(retrieve=True)`, no beliefs, a roomy Re
    chosen first (0.) on training turns only: docs-train's fold-0 heading questions (headings hidden)
    and SciFact's train claims, against the same kinds of irrelevant tenant; the dev rows check it.
 
-The decision rule (README, DESIGN "open question 2"): on only if the gate improves — it cannot
+The decision rule (docs/embedding.md, DESIGN "open question 2"): on only if the gate improves — it cannot
 beat the tool path, which runs the same search — and irrelevant turns stay under 5% with any
 injection.
 """

@@ -1,6 +1,6 @@
 """The docs cannot drift from the code (issue 33): every module, file, service method, setting,
-environment variable, CLI command and code identifier that `README.md` and `DESIGN.md` name in a
-code span (`` `…` ``) exists in the code as named.
+environment variable, CLI command and code identifier that `README.md`, `DESIGN.md` and the pages of
+``docs/`` name in a code span (`` `…` ``) exists in the code as named.
 
 What counts as a name, by its shape:
 
@@ -35,7 +35,7 @@ from knowledge import KnowledgeService
 from knowledge.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "DESIGN.md")
+DOCS = ("README.md", "DESIGN.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
 TOP = ("knowledge", "parsers", "supervisors", "scripts", "tests", "migrations", "examples", ".ci")
 CODE_SUFFIXES = (".py", ".sql", ".sh", ".toml", ".cfg", ".ini", ".yml", ".yaml", ".json", ".tsv", ".txt")
 

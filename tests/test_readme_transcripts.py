@@ -22,6 +22,8 @@ from tests.cli.test_cli_habits import run_in_pty
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+#: The README and the pages it links: the CLI tour is in docs/cli.md, the main job's transcript in docs/main-job.md.
+DOCS = (README, *sorted((ROOT / "docs").glob("*.md")))
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 _MASKS = [
@@ -49,8 +51,9 @@ def missing(expected: list[str], output: str) -> list[str]:
 
 
 def block(after: str, fence: str) -> list[str]:
-    """The lines of the first ``fence`` block after the text ``after`` in the README."""
-    text = README.read_text()
+    """The lines of the first ``fence`` block after the text ``after`` in the README or the docs it
+    links (`DOCS`)."""
+    text = "\n".join(path.read_text(encoding="utf-8") for path in DOCS)
     start = text.index(fence, text.index(after)) + len(fence)
     return text[start:text.index("```", start)].strip("\n").splitlines()
 

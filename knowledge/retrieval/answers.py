@@ -9,7 +9,7 @@ turn's trace in one transaction (`knowledge.store.answers.store_answer`).
 4. With the semantic arm's embedder serving, one request for the vectors of the citations' claims
    and their sentences (`AnswerCheck.semantic_pairs`), waited for at most
    `knowledge.semantic.arm.QUERY_WAIT_SECONDS`; without them the lexical model decides (the
-   fallback's measured precision is lower: README, "Recording the agent's answer").
+   fallback's measured precision is lower: docs/embedding.md, "Recording the agent's answer").
 5. The write.
 
 Nothing holds a lock while the model works: the trace row is locked only by the write, which judges

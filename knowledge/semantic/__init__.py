@@ -4,7 +4,7 @@ and fused with it by reciprocal-rank fusion.
 
 Whether it is on by default is a measurement, not a preference: `MEASURED_DEFAULT` follows
 ``scripts/eval_retrieval.py --semantic`` (on only if it lifts docs-dev recall@3 by at least 5 points
-without lowering SciFact nDCG@10; the numbers are in the README).
+without lowering SciFact nDCG@10; the numbers are in docs/retrieval.md).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from knowledge.errors import ConfigurationError
 from knowledge.semantic.encoder import available
 
-#: Decided by scripts/eval_retrieval.py (see the README's "Semantic arm" section).
+#: Decided by scripts/eval_retrieval.py (see docs/retrieval.md, "The semantic arm").
 MEASURED_DEFAULT = True
 
 
