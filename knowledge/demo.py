@@ -35,7 +35,7 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.service import KnowledgeService
-from knowledge.store.catalog import CHUNK_TOKENS
+from knowledge.store.catalog import chunk_tokens
 
 TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
@@ -72,7 +72,7 @@ async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Pa
         elif isinstance(outcome, Exception) and not isinstance(outcome, IngestRefused):
             raise outcome
     new = [o.document_id for o in results if isinstance(o, KnowledgeDocument)]
-    tokens.extend(r["tokens"] for r in await svc.db.fetch(CHUNK_TOKENS, TENANT, new))
+    tokens.extend(await chunk_tokens(svc.db, tenant_id=TENANT, document_ids=new))
     return size
 
 

@@ -85,7 +85,7 @@ from knowledge.store.metrics import (
 )
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.store.retry import retry_transient, typed_faults
-from knowledge.store.server import SERVER_IDENTITY
+from knowledge.store.server import server_identity
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
 from knowledge.store.vectors import ensure_index, table_exists
 from knowledge.structured import HeldError, call_in_group, keyboard_interrupt_at_checkpoints, unwrapped
@@ -664,19 +664,18 @@ class KnowledgeService:
             if self.embedder is not None and self.semantic_version is not None else None,
         }
         try:
-            row = await self.db.fetchrow(SERVER_IDENTITY)
+            server = await server_identity(self.db)
             versions = await applied_versions(self.db)
             if common["semantic"] is not None and self.drain is not None:
                 common["semantic"].backlog = await self.drain.backlog()
         except Exception as exc:
             return Health(ok=False, server_version=None, database=None, schema_version=0,
                           latency_ms=(time.perf_counter() - began) * 1000, error=repr(exc), **common)
-        assert row is not None
         schema_version = max(versions, default=0)
         return Health(
             ok=schema_version == expected and not (self.maintenance and self.maintenance.snapshot().crash_looping),
-            server_version=row["v"],
-            database=row["d"],
+            server_version=server.version,
+            database=server.database,
             schema_version=schema_version,
             latency_ms=(time.perf_counter() - began) * 1000,
             **common,

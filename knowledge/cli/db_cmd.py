@@ -82,10 +82,10 @@ def start(ctx: typer.Context) -> int:
 async def connected_clients(dsn: str) -> dict[str, int]:
     """The server's other client connections, by application name (``knowledge-cli``, a worker…)."""
     from knowledge.store.db import Database, open_bridge
-    from knowledge.store.server import CLIENTS_BY_APPLICATION
+    from knowledge.store.server import clients_by_application
 
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-        return {r["app"]: int(r["n"]) for r in await db.fetch(CLIENTS_BY_APPLICATION)}
+        return await clients_by_application(db)
 
 
 @db_app.command("stop")

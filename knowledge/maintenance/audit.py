@@ -32,17 +32,8 @@ import psutil
 import sniffio
 
 from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity, Visibility
-from knowledge.store.audit import (
-    ATTACHMENTS_SEEN,
-    DOCUMENT_VERSIONS,
-    ORPHAN_SETS,
-    ORPHAN_SOURCES,
-    PARTIAL,
-    POSTINGS,
-    UNEMBEDDED,
-)
+from knowledge.store import audit as store
 from knowledge.store.db import Connection, Database
-from knowledge.store.server import SESSIONS_OF
 
 # --- 1. Leaks ------------------------------------------------------------------------------------------------
 
@@ -159,11 +150,11 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
     or its set is queued for them; with ``drained`` (the queue has been drained), it has them."""
     audit = StorageAudit()
     if semantic_version is not None:
-        for r in await conn.fetch(UNEMBEDDED, tenants, semantic_version, drained):
+        for r in await store.unembedded_sets(conn, tenants=tenants, version=semantic_version, drained=drained):
             audit.partial.append(f"{r['tenant_id']}/{r['document_id']} v{r['version']}: {r['chunks']} chunks "
                                  f"without {semantic_version} vectors (in the lexical arm only"
                                  f"{', after the queue drained' if drained else ', and not queued'})")
-    for r in await conn.fetch(PARTIAL, tenants):
+    for r in await store.live_versions(conn, tenants=tenants):
         audit.live_documents += 1
         name = f"{r['tenant_id']}/{r['document_id']} v{r['version']}"
         missing = [what for what, bad in (
@@ -175,13 +166,13 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
             ("its ingest event", not r["event_ok"])) if bad]
         if missing:
             audit.partial.append(f"{name} lacks {', '.join(missing)}")
-    for r in await conn.fetch(ORPHAN_SETS, tenants):
+    for r in await store.orphan_chunk_sets(conn, tenants=tenants):
         if r["chunks"] != r["chunk_count"]:
             audit.partial.append(f"chunk set {r['tenant_id']}/{r['document_id']} v{r['version']} "
                                  f"{r['chunker_version']}: {r['chunks']} of {r['chunk_count']} chunks")
-    for r in await conn.fetch(ORPHAN_SOURCES, tenants):
+    for r in await store.orphan_sources(conn, tenants=tenants):
         audit.orphans.append(f"source artifact {r['tenant_id']}/{r['artifact_id']} of no document")
-    for r in await conn.fetch(POSTINGS, tenants):
+    for r in await store.postings_recount(conn, tenants=tenants):
         t = r["tenant_id"]
         if r["orphan_postings"]:
             audit.orphans.append(f"{r['orphan_postings']} postings of {t} belong to no index row")
@@ -197,7 +188,7 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
 
 async def _audit_model(conn: Connection | Database, model: AccessModel, audit: StorageAudit) -> None:
     ids = list(model.documents)
-    rows = await conn.fetch(DOCUMENT_VERSIONS, ids)
+    rows = await store.document_versions(conn, document_ids=ids)
     stored: dict[uuid.UUID, set[int]] = {}
     for r in rows:
         stored.setdefault(r["document_id"], set()).add(int(r["version"]))
@@ -233,7 +224,7 @@ class AttachmentAudit:
 async def audit_attachments(conn: Connection | Database, marked: dict[uuid.UUID, str]) -> AttachmentAudit:
     """``marked``: artifact id -> tenant of every attachment the run saw marked pending."""
     audit = AttachmentAudit(marked=len(marked))
-    rows = await conn.fetch(ATTACHMENTS_SEEN, list(marked))
+    rows = await store.attachments_seen(conn, artifact_ids=list(marked))
     seen = {r["artifact_id"]: r for r in rows}
     for artifact_id, tenant in marked.items():
         r = seen.get(artifact_id)
@@ -264,7 +255,7 @@ def leftover_processes() -> list[str]:
 
 async def leftover_connections(conn: Connection, application_name: str) -> int:
     """Database sessions of ``application_name`` other than ``conn``'s own."""
-    return int(await conn.fetchval(SESSIONS_OF, application_name))
+    return await store.sessions_of(conn, application_name=application_name)
 
 
 def running_tasks() -> set[Any]:

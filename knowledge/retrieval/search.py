@@ -41,7 +41,7 @@ from knowledge.errors import ArmUnavailable
 from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.store.db import Database
 from knowledge.store.evidence import lexical_evidence
-from knowledge.store.retrieval import LEXICAL_SQL, candidate_from_row
+from knowledge.store.retrieval import candidate_from_row, lexical_rows
 from knowledge.structured import run_both
 
 _log = logging.getLogger(__name__)
@@ -104,10 +104,7 @@ class LexicalArm:
         return (await self.search_result(db, query, limit)).candidates
 
     async def search_result(self, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:
-        rows = await db.fetch(
-            LEXICAL_SQL, query.tenant_id, query.text, self.k1, self.b, query.principal_id, query.current_scope,
-            query.sensitivity_ceiling.admitted(), query.as_of, limit,
-        )
+        rows = await lexical_rows(db, query=query, k1=self.k1, b=self.b, limit=limit)
         terms = None
         if rows:
             first = rows[0]

@@ -5,6 +5,11 @@ statistics equal to a recount, vectors present or queued, attachments settled.
 
 from __future__ import annotations
 
+import uuid
+
+from knowledge.store.db import Connection, Database, Record
+from knowledge.store.server import SESSIONS_OF
+
 # Every live document version with what it has of itself: its chunk set's count, its chunks, their
 # index rows, whether its source artifact is a live KNOWLEDGE_SOURCE, whether its ingest event exists:
 # $1 tenants (NULL: all).
@@ -97,3 +102,48 @@ WHERE a.tenant_id = $1 AND a.expires_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM knowledge_documents d
                   WHERE d.tenant_id = a.tenant_id AND d.source_artifact_id = a.artifact_id)
 """
+
+
+# --- the statements, each a function with named arguments (issue 33: the store owns its statements) ---------
+
+Reader = Connection | Database
+
+
+async def unembedded_sets(conn: Reader, *, tenants: list[str] | None, version: str, drained: bool) -> list[Record]:
+    """`UNEMBEDDED`: live chunk sets with chunks lacking ``version`` vectors (and, unless ``drained``, not queued)."""
+    return await conn.fetch(UNEMBEDDED, tenants, version, drained)
+
+
+async def live_versions(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+    """`PARTIAL`: every live document version with what it has of itself."""
+    return await conn.fetch(PARTIAL, tenants)
+
+
+async def orphan_chunk_sets(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+    """`ORPHAN_SETS`: chunk sets of no live version, with their chunk counts."""
+    return await conn.fetch(ORPHAN_SETS, tenants)
+
+
+async def orphan_sources(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+    """`ORPHAN_SOURCES`: source artifacts of no document."""
+    return await conn.fetch(ORPHAN_SOURCES, tenants)
+
+
+async def postings_recount(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+    """`POSTINGS`: per tenant, the postings against the index and the statistics against a recount."""
+    return await conn.fetch(POSTINGS, tenants)
+
+
+async def document_versions(conn: Reader, *, document_ids: list[uuid.UUID]) -> list[Record]:
+    """`DOCUMENT_VERSIONS`: the stored versions of these documents."""
+    return await conn.fetch(DOCUMENT_VERSIONS, document_ids)
+
+
+async def attachments_seen(conn: Reader, *, artifact_ids: list[uuid.UUID]) -> list[Record]:
+    """`ATTACHMENTS_SEEN`: these attachments' tenant, state and history."""
+    return await conn.fetch(ATTACHMENTS_SEEN, artifact_ids)
+
+
+async def sessions_of(conn: Reader, *, application_name: str) -> int:
+    """Database sessions of ``application_name`` other than ``conn``'s own (`SESSIONS_OF`)."""
+    return int(await conn.fetchval(SESSIONS_OF, application_name))

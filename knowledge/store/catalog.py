@@ -530,3 +530,8 @@ class Catalog:
 
     async def passages_given(self, tenant_id: str) -> PassagesGiven | None:
         return await self.read("passages_given", passages_given, tenant_id)
+
+
+async def chunk_tokens(db: Database, *, tenant_id: str, document_ids: Sequence[UUID]) -> list[int]:
+    """The token counts of these documents' chunks (`CHUNK_TOKENS`)."""
+    return [int(r["tokens"]) for r in await db.fetch(CHUNK_TOKENS, tenant_id, list(document_ids))]

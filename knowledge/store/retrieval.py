@@ -6,7 +6,8 @@ candidate query carries the same two predicates (`knowledge.retrieval.search`,
 from __future__ import annotations
 
 from knowledge.core.ranking import Candidate
-from knowledge.store.db import Record
+from knowledge.models import KnowledgeQuery
+from knowledge.store.db import Database, Record
 from knowledge.store.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql
 from knowledge.store.vectors import model_literal
 from knowledge.store.visibility import visible
@@ -127,3 +128,10 @@ JOIN knowledge_chunks c ON c.tenant_id = $1 AND c.chunk_id = b.chunk_id
 JOIN knowledge_documents d ON d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
 ORDER BY b.distance, b.chunk_id
 """
+
+
+async def lexical_rows(db: Database, *, query: KnowledgeQuery, k1: float, b: float, limit: int) -> list[Record]:
+    """The lexical arm's candidates for ``query`` (`LEXICAL_SQL`): BM25 with ``k1`` and ``b``, the
+    query's visibility, ceiling and ``as_of`` applied, at most ``limit``."""
+    return await db.fetch(LEXICAL_SQL, query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
+                          query.sensitivity_ceiling.admitted(), query.as_of, limit)

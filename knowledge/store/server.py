@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from knowledge.store.db import Database
+
 # The server's version and the database connected to. No parameters.
 SERVER_IDENTITY = "SELECT current_setting('server_version') AS v, current_database() AS d"
 
@@ -28,3 +32,24 @@ TERMINATE_HALF_OF = """
 SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 WHERE application_name = $1 AND pid <> pg_backend_pid() AND random() < 0.5
 """
+
+
+# --- the statements, each a function (issue 33: the store owns its statements) ------------------------------
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    version: str
+    database: str
+
+
+async def server_identity(db: Database) -> ServerIdentity:
+    """The server's version and the database connected to (`SERVER_IDENTITY`)."""
+    row = await db.fetchrow(SERVER_IDENTITY)
+    assert row is not None  # one row, always
+    return ServerIdentity(version=row["v"], database=row["d"])
+
+
+async def clients_by_application(db: Database) -> dict[str, int]:
+    """The server's client connections other than the asking one, by application name."""
+    return {r["app"]: int(r["n"]) for r in await db.fetch(CLIENTS_BY_APPLICATION)}
