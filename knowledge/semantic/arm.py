@@ -42,8 +42,7 @@ from knowledge.core.ranking import Candidate
 from knowledge.errors import ArmUnavailable, EmbedderUnavailable
 from knowledge.models import KnowledgeQuery
 from knowledge.store.db import Database
-from knowledge.store.retrieval import candidate_from_row, nearest_sql
-from knowledge.store.vectors import WINDOW_COUNT, cosines_sql, scan_options_sql
+from knowledge.store.retrieval import VectorStatements, candidate_from_row
 from knowledge.supervisors.embedder import Embedder
 
 #: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.
@@ -56,10 +55,6 @@ MAX_SCAN_TUPLES = 40_000
 #: How long a search waits for its query's vector: queries alternate with ingest batches, so it
 #: waits for at most the batch in flight (a second or two on 2 busy cores) plus its own ~20 ms.
 QUERY_WAIT_SECONDS = 5.0
-
-
-#: pgvector's scan options, set in the transaction of a search over the HNSW index.
-SCAN_OPTIONS = scan_options_sql(EF_SEARCH, MAX_SCAN_TUPLES)
 
 
 #: Query vectors kept (by query text): the relevance model asks for the cosines of a search's
@@ -81,9 +76,8 @@ class SemanticArm:
     _vectors: OrderedDict[str, str] = field(default_factory=OrderedDict, repr=False)
 
     def __post_init__(self) -> None:
-        self._ann = nearest_sql(self.version, self.dim, exact=False)
-        self._exact = nearest_sql(self.version, self.dim, exact=True)
-        self._cosines = cosines_sql(self.version, self.dim)
+        self._statements = VectorStatements(self.version, self.dim, ef_search=EF_SEARCH,
+                                            max_scan_tuples=MAX_SCAN_TUPLES)
 
     async def _query_vector(self, text: str, *, cached: bool) -> str:
         """The query's vector, or `ArmUnavailable` at once while no child serves (starting,
@@ -110,15 +104,8 @@ class SemanticArm:
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
         vector = await self._query_vector(query.text, cached=False)
-        args = (query.tenant_id, vector, limit * WINDOWS_PER_CHUNK, limit, query.principal_id, query.current_scope,
-                query.sensitivity_ceiling.admitted(), query.as_of)
-        async with db.transaction() as tx:
-            windows = await tx.fetchval(WINDOW_COUNT, query.tenant_id, self.version, self.exact_max_windows + 1)
-            if windows <= self.exact_max_windows:
-                rows = await tx.fetch(self._exact, *args)
-            else:
-                await tx.execute(SCAN_OPTIONS)
-                rows = await tx.fetch(self._ann, *args)
+        rows = await self._statements.nearest(db, query=query, vector=vector, windows=limit * WINDOWS_PER_CHUNK,
+                                              limit=limit, exact_max_windows=self.exact_max_windows)
         floor = self.cosine_floor
         return [candidate_from_row(r, rank_no, self.name, (float(r["cosine"]) - floor) / (1 - floor))
                 for rank_no, r in enumerate(rows, start=1)]
@@ -127,5 +114,4 @@ class SemanticArm:
         """The best window's cosine to the query for each of ``chunk_ids`` that has vectors of this
         model version (candidates already admitted by an arm; read within the tenant)."""
         vector = await self._query_vector(query.text, cached=True)
-        rows = await db.fetch(self._cosines, query.tenant_id, vector, list(chunk_ids))
-        return {r["chunk_id"]: float(r["cosine"]) for r in rows}
+        return await self._statements.cosines(db, tenant_id=query.tenant_id, vector=vector, chunk_ids=chunk_ids)

@@ -5,11 +5,13 @@ candidate query carries the same two predicates (`knowledge.retrieval.search`,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from knowledge.core.ranking import Candidate
 from knowledge.models import KnowledgeQuery
 from knowledge.store.db import Database, Record
 from knowledge.store.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql
-from knowledge.store.vectors import model_literal
+from knowledge.store.vectors import WINDOW_COUNT, cosines_sql, model_literal, scan_options_sql
 from knowledge.store.visibility import visible
 from knowledge.vocabulary import Authority
 
@@ -135,3 +137,33 @@ async def lexical_rows(db: Database, *, query: KnowledgeQuery, k1: float, b: flo
     query's visibility, ceiling and ``as_of`` applied, at most ``limit``."""
     return await db.fetch(LEXICAL_SQL, query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
                           query.sensitivity_ceiling.admitted(), query.as_of, limit)
+
+
+class VectorStatements:
+    """The semantic arm's statements for one model ``version`` of vectors of ``dim`` (issue 33: the
+    store owns them; the arm asks in named arguments and gets rows or cosines back)."""
+
+    def __init__(self, version: str, dim: int, *, ef_search: int, max_scan_tuples: int) -> None:
+        self.version = version
+        self._ann = nearest_sql(version, dim, exact=False)
+        self._exact = nearest_sql(version, dim, exact=True)
+        self._cosines = cosines_sql(version, dim)
+        self._scan_options = scan_options_sql(ef_search, max_scan_tuples)
+
+    async def nearest(self, db: Database, *, query: KnowledgeQuery, vector: str, windows: int, limit: int,
+                      exact_max_windows: int) -> list[Record]:
+        """The chunks of the nearest ``windows`` windows, at most ``limit``: an exact scan of the tenant's
+        windows where it holds at most ``exact_max_windows`` of them, else the HNSW index."""
+        args = (query.tenant_id, vector, windows, limit, query.principal_id, query.current_scope,
+                query.sensitivity_ceiling.admitted(), query.as_of)
+        async with db.transaction() as tx:
+            held = await tx.fetchval(WINDOW_COUNT, query.tenant_id, self.version, exact_max_windows + 1)
+            if held <= exact_max_windows:
+                return await tx.fetch(self._exact, *args)
+            await tx.execute(self._scan_options)
+            return await tx.fetch(self._ann, *args)
+
+    async def cosines(self, db: Database, *, tenant_id: str, vector: str, chunk_ids: Sequence[str]) -> dict[str, float]:
+        """The best window's cosine to ``vector`` of each of ``chunk_ids`` that has vectors of this version."""
+        rows = await db.fetch(self._cosines, tenant_id, vector, list(chunk_ids))
+        return {r["chunk_id"]: float(r["cosine"]) for r in rows}
