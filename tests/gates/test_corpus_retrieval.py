@@ -52,6 +52,7 @@ async def default_service(database_dsn: str) -> AsyncIterator[KnowledgeService]:
         yield svc
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.skipif(corpus_missing(QA), reason="shared corpus not present")
 @pytest.mark.parametrize("anyio_backend", [("trio", {})], ids=["trio"])

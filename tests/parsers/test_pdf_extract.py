@@ -214,6 +214,7 @@ def test_outline_entries_become_headings_in_outline_order(name: str) -> None:
     assert markdown_headings(text) == headings
 
 
+@pytest.mark.slow
 @needs_corpus
 def test_a_large_manual_gets_outline_headings_and_deeper_ones_from_font_sizes() -> None:
     large = next(r["file"] for r in manifest() if r["category"] == "large")

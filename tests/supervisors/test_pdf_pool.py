@@ -49,6 +49,7 @@ async def outcome(pool: ParserPool, data: bytes, deadline: float) -> str:
     return "text"
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.trio
 async def test_every_corpus_pdf_ends_as_expected_within_its_deadline() -> None:
@@ -112,6 +113,7 @@ async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> 
     assert service.parser_pool.live == set()
 
 
+@pytest.mark.slow
 @needs_corpus
 @pytest.mark.trio
 async def test_a_large_pdf_is_split_across_both_slots() -> None:
