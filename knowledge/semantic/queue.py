@@ -36,14 +36,14 @@ from pydantic import BaseModel
 from knowledge.errors import EmbedderUnavailable
 from knowledge.store.db import Database
 from knowledge.store.embedding_queue import (
-    BACKLOG,
-    CLAIM,
-    DONE,
-    ENQUEUE_MISSING,
-    PENDING,
-    RELEASE,
-    RENEW,
-    UNEMBEDDED_OF_SET,
+    backlog_row,
+    claim_sets,
+    enqueue_missing_sets,
+    pending_sets,
+    release_claim,
+    remove_done,
+    renew_lease,
+    unembedded_chunks,
 )
 from knowledge.store.vectors import insert_missing
 from knowledge.supervisors.embedder import BATCH_PASSAGES, Embedder
@@ -102,13 +102,12 @@ async def enqueue_missing(db: Database, version: str, tenant: str | None = None)
     ``as_of`` works under the version) that has a chunk without a vector under ``version``; returns
     the number of chunks in those sets. Sets already queued stay where they are in the queue, and
     any left for an operator (`MAX_ATTEMPTS`) are tried again."""
-    rows = await db.fetch(ENQUEUE_MISSING, version, tenant)
-    return sum(int(r["chunk_count"]) for r in rows)
+    return await enqueue_missing_sets(db, version=version, tenant=tenant)
 
 
 async def pending(db: Database, version: str, tenant: str, document_id: uuid.UUID | None = None) -> int:
     """Chunk sets of ``tenant`` (of one document, if given) queued under ``version``."""
-    return int(await db.fetchval(PENDING, tenant, version, document_id))
+    return await pending_sets(db, version=version, tenant=tenant, document_id=document_id)
 
 
 # --- the drain -----------------------------------------------------------------------------------
@@ -197,8 +196,8 @@ class EmbeddingDrain:
         self._progress = anyio.Event()
 
     async def _claim(self) -> list[QueueRow]:
-        found = await self.db.fetch(CLAIM, self.version, self.claim_rows, self.lease_seconds, MAX_ATTEMPTS,
-                                    self.tenant)
+        found = await claim_sets(self.db, version=self.version, rows=self.claim_rows, lease_seconds=self.lease_seconds,
+                                 max_attempts=MAX_ATTEMPTS, tenant=self.tenant)
         return sorted((QueueRow(r["tenant_id"], int(r["seq"]), r["document_id"], int(r["version"]),
                                 r["chunker_version"]) for r in found), key=lambda r: r.seq)
 
@@ -208,8 +207,9 @@ class EmbeddingDrain:
         work: list[tuple[str, str, tuple[str, ...], str]] = []
         sizes: list[int] = []
         for row in rows:
-            found = await self.db.fetch(UNEMBEDDED_OF_SET, row.tenant_id, row.document_id, row.version,
-                                        row.chunker_version, self.version)
+            found = await unembedded_chunks(self.db, tenant_id=row.tenant_id, document_id=row.document_id,
+                                            version=row.version, chunker_version=row.chunker_version,
+                                            model_version=self.version)
             work.extend((row.tenant_id, r["chunk_id"], tuple(r["heading_path"]), r["text"]) for r in found)
             sizes.extend(estimated_windows(int(r["tokens"])) for r in found)
         for first, last in batches(sizes, self.batch_windows):
@@ -225,14 +225,14 @@ class EmbeddingDrain:
                 self.in_flight = 0
             self._done.append((time.monotonic(), sum(len(v) for v in vectors)))
             self.embedded_chunks += len(batch)
-            await self.db.execute(RENEW, *_keys(rows), self.lease_seconds)
+            await renew_lease(self.db, keys=_keys(rows), lease_seconds=self.lease_seconds)
             self._signal()
-        await self.db.execute(DONE, *_keys(rows))
+        await remove_done(self.db, keys=_keys(rows))
         self._signal()
 
     async def _release(self, rows: list[QueueRow], *, failed: bool) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
-            await self.db.execute(RELEASE, *_keys(rows), 0 if failed else 1)
+            await release_claim(self.db, keys=_keys(rows), attempts_back=0 if failed else 1)
 
 
 def estimated_windows(tokens: int) -> int:
@@ -264,8 +264,7 @@ async def queue_backlog(db: Database, version: str, tenant: str | None = None, r
     """What waits for vectors under model ``version`` (of one tenant, or all): a query of the
     queue, which any process may run (no drain, no model); ``rate``: the windows per second of
     the drain asking, if one does."""
-    row = await db.fetchrow(BACKLOG, version, MAX_ATTEMPTS, tenant)
-    assert row is not None
+    row = await backlog_row(db, version=version, max_attempts=MAX_ATTEMPTS, tenant=tenant)
     return Backlog(model_version=version, chunk_sets=int(row["sets"]), chunks=int(row["chunks"]),
                    stuck_sets=int(row["stuck"]), oldest_wait_seconds=round(float(row["oldest"]), 3),
                    windows_per_second=round(rate, 2))

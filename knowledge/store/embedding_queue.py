@@ -7,6 +7,11 @@ the queue); the ingest's and re-chunk's statements (`knowledge.store.documents`)
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
+
+from knowledge.store.db import Database, Record
+
 # A chunk set queued for embedding: the ingest's and re-chunk's statements end with it (followed by
 # VALUES or a SELECT of tenant, document, version, chunker version, model version, chunk count).
 QUEUE_INSERT = """
@@ -100,3 +105,52 @@ SELECT count(*) AS sets, count(*) FILTER (WHERE q.attempts >= $2) AS stuck,
        ) AS chunks
 FROM knowledge_embedding_queue q WHERE q.model_version = $1 AND ($3::text IS NULL OR q.tenant_id = $3)
 """
+
+
+# --- the statements, each a function with named arguments (issue 33: the store owns its statements) ---------
+
+Keys = tuple[Sequence[str], Sequence[int]]  # the rows' tenants and sequence numbers, in one order
+
+
+async def enqueue_missing_sets(db: Database, *, version: str, tenant: str | None) -> int:
+    """`ENQUEUE_MISSING`: queue the chunk sets with a chunk lacking a ``version`` vector; their chunks."""
+    return sum(int(r["chunk_count"]) for r in await db.fetch(ENQUEUE_MISSING, version, tenant))
+
+
+async def pending_sets(db: Database, *, version: str, tenant: str, document_id: uuid.UUID | None) -> int:
+    """`PENDING`: chunk sets of ``tenant`` (of one document, if given) queued under ``version``."""
+    return int(await db.fetchval(PENDING, tenant, version, document_id))
+
+
+async def claim_sets(db: Database, *, version: str, rows: int, lease_seconds: float, max_attempts: int,
+                     tenant: str | None) -> list[Record]:
+    """`CLAIM`: at most ``rows`` claimable rows under a lease of ``lease_seconds``, tenant-fair."""
+    return await db.fetch(CLAIM, version, rows, lease_seconds, max_attempts, tenant)
+
+
+async def unembedded_chunks(db: Database, *, tenant_id: str, document_id: uuid.UUID, version: int,
+                            chunker_version: str, model_version: str) -> list[Record]:
+    """`UNEMBEDDED_OF_SET`: the chunks of one chunk set without a ``model_version`` vector."""
+    return await db.fetch(UNEMBEDDED_OF_SET, tenant_id, document_id, version, chunker_version, model_version)
+
+
+async def renew_lease(db: Database, *, keys: Keys, lease_seconds: float) -> None:
+    """`RENEW`: extend the claimed rows' lease (progress was made: their attempts start again)."""
+    await db.execute(RENEW, list(keys[0]), list(keys[1]), lease_seconds)
+
+
+async def remove_done(db: Database, *, keys: Keys) -> None:
+    """`DONE`: delete the rows whose chunks all have vectors."""
+    await db.execute(DONE, list(keys[0]), list(keys[1]))
+
+
+async def release_claim(db: Database, *, keys: Keys, attempts_back: int) -> None:
+    """`RELEASE`: give claimed rows back, with ``attempts_back`` attempts returned (0 after a failure)."""
+    await db.execute(RELEASE, list(keys[0]), list(keys[1]), attempts_back)
+
+
+async def backlog_row(db: Database, *, version: str, max_attempts: int, tenant: str | None) -> Record:
+    """`BACKLOG`: the queue's sets, chunks, stuck sets, oldest wait and windows for ``version``."""
+    row = await db.fetchrow(BACKLOG, version, max_attempts, tenant)
+    assert row is not None  # an aggregate: one row, always
+    return row
