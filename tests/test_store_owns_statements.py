@@ -7,8 +7,8 @@ The move is under way: `REMAINING` is what is left outside the store, per file, 
 that reaches zero must leave the list). Issue 33's review counted 59 (60 by this count); moved so far: the
 invariant audit (`knowledge.store.audit`), the server's identity and clients (`knowledge.store.server`),
 the lexical arm's statement (`knowledge.store.retrieval.lexical_rows`), the semantic arm's
-(`knowledge.store.retrieval.VectorStatements`), the embedding queue's (`knowledge.store.embedding_queue`), the demo's
-token counts.
+(`knowledge.store.retrieval.VectorStatements`), the embedding queue's (`knowledge.store.embedding_queue`), the stress tools'
+and the demo's. Left: the ingest path (`ingest/ingestor.py`, `ingest/bulk.py`) and the attachment queue.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ RUNS_SQL = {"fetch", "fetchrow", "fetchval", "execute", "executemany", "copy_rec
 REMAINING = {
     "knowledge/ingest/ingestor.py": 13,
     "knowledge/ingest/attachments.py": 12,
-    "knowledge/stress/signals.py": 4,
-    "knowledge/stress/engine.py": 4,
-    "knowledge/stress/host_signals.py": 1,
     "knowledge/ingest/bulk.py": 1,
 }
 

@@ -147,3 +147,8 @@ async def attachments_seen(conn: Reader, *, artifact_ids: list[uuid.UUID]) -> li
 async def sessions_of(conn: Reader, *, application_name: str) -> int:
     """Database sessions of ``application_name`` other than ``conn``'s own (`SESSIONS_OF`)."""
     return int(await conn.fetchval(SESSIONS_OF, application_name))
+
+
+async def unexpiring_artifacts(conn: Reader, *, tenant_id: str) -> int:
+    """`UNEXPIRING`: the tenant's unexpiring artifacts that no document has as its source."""
+    return int(await conn.fetchval(UNEXPIRING, tenant_id))

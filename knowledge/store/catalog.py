@@ -535,3 +535,18 @@ class Catalog:
 async def chunk_tokens(db: Database, *, tenant_id: str, document_ids: Sequence[UUID]) -> list[int]:
     """The token counts of these documents' chunks (`CHUNK_TOKENS`)."""
     return [int(r["tokens"]) for r in await db.fetch(CHUNK_TOKENS, tenant_id, list(document_ids))]
+
+
+async def version_chunk_ids(db: Database, *, tenant_id: str, document_id: UUID, version: int) -> set[str]:
+    """The chunk ids of one document version (`VERSION_CHUNK_IDS`)."""
+    return {r["chunk_id"] for r in await db.fetch(VERSION_CHUNK_IDS, tenant_id, document_id, version)}
+
+
+async def live_document_ids(db: Database, *, tenant_id: str) -> set[UUID]:
+    """The tenant's live document ids (`LIVE_DOCUMENT_IDS`)."""
+    return {r["document_id"] for r in await db.fetch(LIVE_DOCUMENT_IDS, tenant_id)}
+
+
+async def document_rows(db: Database, *, tenant_id: str) -> int:
+    """The tenant's document rows, every version (`DOCUMENT_ROWS`)."""
+    return int(await db.fetchval(DOCUMENT_ROWS, tenant_id))

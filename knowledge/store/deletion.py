@@ -224,3 +224,9 @@ async def delete_conversation(db: Database, tenant_id: str, conversation_id: str
             {"cause": "conversation_deleted", "conversation_id": conversation_id})
     return ConversationDeleted(conversation_id=conversation_id, attachments=len(rows), documents=documents,
                                chunks=chunks)
+
+
+async def drop_tenant_documents(db: Database, *, tenant_id: str) -> None:
+    """Remove a tenant's documents for a test harness's cleanup (`DROP_TENANT_DOCUMENTS`): no
+    tombstones, no events — never the service's deletion."""
+    await db.execute(DROP_TENANT_DOCUMENTS, tenant_id)

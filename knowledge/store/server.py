@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from knowledge.store.db import Database
+from knowledge.store.db import Connection, Database
 
 # The server's version and the database connected to. No parameters.
 SERVER_IDENTITY = "SELECT current_setting('server_version') AS v, current_database() AS d"
@@ -53,3 +53,14 @@ async def server_identity(db: Database) -> ServerIdentity:
 async def clients_by_application(db: Database) -> dict[str, int]:
     """The server's client connections other than the asking one, by application name."""
     return {r["app"]: int(r["n"]) for r in await db.fetch(CLIENTS_BY_APPLICATION)}
+
+
+async def database_sessions_of(db: Database, *, application_name: str) -> int:
+    """Sessions of ``application_name`` in the asking session's database (`DATABASE_SESSIONS_OF`)."""
+    return int(await db.fetchval(DATABASE_SESSIONS_OF, application_name))
+
+
+async def terminate_half_of(conn: Connection, *, application_name: str) -> None:
+    """Terminate about half the sessions of ``application_name`` but ``conn``'s (`TERMINATE_HALF_OF`):
+    a fault the stress engine injects."""
+    await conn.execute(TERMINATE_HALF_OF, application_name)

@@ -60,11 +60,11 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.service import KnowledgeService
-from knowledge.store.catalog import LIVE_DOCUMENT_IDS, VERSION_CHUNK_IDS
+from knowledge.store.catalog import live_document_ids, version_chunk_ids
 from knowledge.store.db import connect_once, open_bridge
-from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
+from knowledge.store.deletion import drop_tenant_documents
 from knowledge.store.retry import retry_transient
-from knowledge.store.server import TERMINATE_HALF_OF
+from knowledge.store.server import terminate_half_of
 from knowledge.supervisors.embedded_pg import restart_embedded, stop_embedded
 
 PRINCIPALS = ("alice", "bob", "carol")
@@ -277,8 +277,7 @@ class Driver:
 
     async def chunk_ids(self, tenant: str, document_id: uuid.UUID, version: int) -> set[str]:
         with contextlib.suppress(Exception):
-            rows = await self.svc.db.fetch(VERSION_CHUNK_IDS, tenant, document_id, version)
-            return {r["chunk_id"] for r in rows}
+            return await version_chunk_ids(self.svc.db, tenant_id=tenant, document_id=document_id, version=version)
         return set()
 
     def source(self) -> tuple[bytes, str, str]:
@@ -427,7 +426,7 @@ class Driver:
             with contextlib.suppress(Exception):
                 if choice == "terminate":
                     async with self.svc.db.dedicated() as conn:
-                        await conn.execute(TERMINATE_HALF_OF, self.svc.settings.application_name)
+                        await terminate_half_of(conn, application_name=self.svc.settings.application_name)
                 elif choice == "kill_parsers":
                     for child in psutil.Process().children(recursive=True):
                         with contextlib.suppress(psutil.Error):
@@ -684,11 +683,10 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, corpus:
                     await _end_host(process, signum, report)
         settings = Settings(dsn=dsn, data_dir=folder, sweep_interval_seconds=None)
         async with KnowledgeService.open(settings) as svc:
-            rows = await svc.db.fetch(LIVE_DOCUMENT_IDS, "victim")
-            present = {r["document_id"] for r in rows}
+            present = await live_document_ids(svc.db, tenant_id="victim")
             storage = await audit_storage(svc.db, None, ["victim"])
             if dsn is not None:
-                await svc.db.execute(DROP_TENANT_DOCUMENTS, "victim")
+                await drop_tenant_documents(svc.db, tenant_id="victim")
         report.lost = [f"acknowledged document {d} is gone" for d in sorted(acknowledged - present, key=str)]
         report.acknowledged, report.live_documents = len(acknowledged), storage.live_documents
         report.storage = storage.partial + storage.orphans + storage.statistics

@@ -35,7 +35,7 @@ import psutil
 from anyio.abc import ByteReceiveStream
 
 from knowledge.store.db import Database, open_bridge
-from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
+from knowledge.store.deletion import drop_tenant_documents
 from knowledge.stress.signals import HANG_SECONDS, settle, store_leftovers
 from knowledge.supervisors.embedded_pg import embedded_status, start_embedded, stop_embedded
 
@@ -207,7 +207,7 @@ async def _judge_leftovers(children: set[int], dsn: str, tenant: str, app: str) 
             p.kill()
     problems += await store_leftovers(dsn, app, tenant, "the host")
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-        await db.execute(DROP_TENANT_DOCUMENTS, tenant)
+        await drop_tenant_documents(db, tenant_id=tenant)
     return problems
 
 

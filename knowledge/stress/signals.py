@@ -36,11 +36,11 @@ import psutil
 from anyio.abc import ByteReceiveStream
 
 from knowledge.maintenance.audit import audit_storage
-from knowledge.store.audit import UNEXPIRING
-from knowledge.store.catalog import DOCUMENT_ROWS
+from knowledge.store.audit import unexpiring_artifacts
+from knowledge.store.catalog import document_rows
 from knowledge.store.db import Database, open_bridge
-from knowledge.store.deletion import DROP_TENANT_DOCUMENTS
-from knowledge.store.server import DATABASE_SESSIONS_OF
+from knowledge.store.deletion import drop_tenant_documents
+from knowledge.store.server import database_sessions_of
 
 #: A command still running this long after the signal is hung.
 HANG_SECONDS = 60.0
@@ -152,8 +152,8 @@ async def one_round(knowledge: Sequence[str], dsn: str, folder: Path, files: int
     result.summarized = bool(last_line) and _last_line(bytes(stdout)) == last_line
     result.problems += await _judge_leftovers(process.pid, dsn, tenant)
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
-        result.documents = int(await db.fetchval(DOCUMENT_ROWS, tenant))
-        await db.execute(DROP_TENANT_DOCUMENTS, tenant)
+        result.documents = await document_rows(db, tenant_id=tenant)
+        await drop_tenant_documents(db, tenant_id=tenant)
     result.complete = result.documents == files
     result.problems += _judge_exit(result, result.complete)
     return result
@@ -208,13 +208,13 @@ async def store_leftovers(dsn: str, application: str, tenant: str, who: str) -> 
     problems = []
     async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
         async def connections() -> int:
-            return int(await db.fetchval(DATABASE_SESSIONS_OF, application))
+            return await database_sessions_of(db, application_name=application)
 
         if still := await settle(connections):
             problems.append(f"{still} connections of {who} still open")
         audit = await audit_storage(db, None, [tenant])
         problems += audit.partial + audit.orphans + audit.statistics
-        unexpiring = int(await db.fetchval(UNEXPIRING, tenant))
+        unexpiring = await unexpiring_artifacts(db, tenant_id=tenant)
         if unexpiring:
             problems.append(f"{unexpiring} artifacts without an expiry that no document holds")
     return problems
