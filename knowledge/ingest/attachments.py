@@ -45,18 +45,18 @@ from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Princ
 from knowledge.parsers.base import base_media_type
 from knowledge.store.artifacts import collect_bytes, insert_artifact, ref_from_row, store_retrying
 from knowledge.store.attachment_queue import (
-    CLAIM,
-    COUNTS,
-    LEASE_HOLDER,
-    MARK,
-    MARK_READ,
-    NEXT_DUE,
-    OVERVIEW,
-    RELEASE,
-    RENEW,
-    SET_INSPECTION,
-    SETTLE,
-    STATUS,
+    claim_attachments,
+    lease_holder,
+    mark_read,
+    overview_rows,
+    record_marks,
+    release_attachment,
+    renew_leases,
+    seconds_until_due,
+    set_inspection,
+    settle_attachments,
+    state_counts,
+    status_row,
 )
 from knowledge.store.db import Connection, Database, Record
 from knowledge.store.deletion import withdraw_unreferenced
@@ -194,7 +194,7 @@ async def upload_attachment(db: Database, inspect: Inspect, tenant_id: str, data
                                     trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=file_name, expires_at=expires_at,
                                     artifact_id=artifact_id)
         if marker is not None:
-            await tx.execute(SET_INSPECTION, tenant_id, ref.artifact_id, json.dumps(marker))
+            await set_inspection(tx, tenant_id=tenant_id, artifact_id=ref.artifact_id, marker=marker)
         return ref
 
     return await store_retrying(db, tenant_id, write)  # transient faults retried, the inspection not repeated
@@ -231,7 +231,7 @@ async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iter
     principal_id = actor.principal_id if isinstance(actor, Principal) else None
     marks: dict[uuid.UUID, AttachmentMark] = {}
     async with db.transaction() as tx:
-        rows = await tx.fetch(MARK_READ, actor.tenant_id, ids)
+        rows = await mark_read(tx, tenant_id=actor.tenant_id, artifact_ids=ids)
         fresh: list[tuple[uuid.UUID, str | None, str | None, uuid.UUID | None]] = []
         for row in rows:
             state, reason = _decide(actor, row, supported)
@@ -242,9 +242,10 @@ async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iter
                 assert principal_id is not None
                 fresh.append((row["artifact_id"], state.value, reason,
                               attachment_document_id(actor.tenant_id, principal_id, row["sha256"])))
-        await tx.execute(
-            MARK, actor.tenant_id, conversation_id, principal_id, [f[0] for f in fresh], [f[1] for f in fresh],
-            [f[2] for f in fresh], [f[3] for f in fresh])
+        await record_marks(tx, tenant_id=actor.tenant_id, conversation_id=conversation_id,
+                           principal_id=principal_id, artifact_ids=[f[0] for f in fresh],
+                           states=[f[1] for f in fresh], reasons=[f[2] for f in fresh],
+                           document_ids=[f[3] for f in fresh])
         for mark in marks.values():  # a file the service cannot read is a refusal by cause, like an ingest's
             if mark.reason == NotMarked.UNSUPPORTED_MEDIA_TYPE.value:
                 await count_outcome(tx, actor.tenant_id, "refused", mark.reason)
@@ -327,7 +328,8 @@ class AttachmentQueue:
         empty when nothing is claimable. Workers skip each other's rows being claimed (``SKIP
         LOCKED``). A takeover of attempt ``max_attempts`` is not a new attempt: the claim is
         ``exhausted``. Cancellation: the statement rolls back; nothing is claimed."""
-        rows = await self._db.fetch(CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
+        rows = await claim_attachments(self._db, worker_id=worker_id, lease_seconds=lease_seconds,
+                                       tenant_id=tenant_id, max_attempts=max_attempts, limit=limit)
         claims = [_claim_of(row, worker_id) for row in rows]
         return sorted(claims, key=lambda c: c.upload_seq)
 
@@ -337,10 +339,9 @@ class AttachmentQueue:
         conversation was deleted)."""
         if not claims:
             return set()
-        rows = await self._db.fetch(
-            RENEW, sorted({c.tenant_id for c in claims}), [c.artifact_id for c in claims], claims[0].worker_id,
-            float(lease_seconds))
-        return {row["artifact_id"] for row in rows}
+        return await renew_leases(self._db, tenant_ids=sorted({c.tenant_id for c in claims}),
+                                  artifact_ids=[c.artifact_id for c in claims], worker_id=claims[0].worker_id,
+                                  lease_seconds=lease_seconds)
 
     async def settle(self, claims: Sequence[Claim], outcomes: Sequence[Outcome], *, max_attempts: int,
                      backoff: Callable[[int], float]) -> list[Settled]:
@@ -357,15 +358,16 @@ class AttachmentQueue:
         final = [Outcome("failed", o.reason) if o.kind == "retry" and c.attempt >= max_attempts else o
                  for c, o in zip(claims, outcomes, strict=True)]
         states = [_STATE_OF[o.kind] for o in final]
-        columns = (
-            [c.tenant_id for c in claims], [c.artifact_id for c in claims], list(states), [o.reason for o in final],
-            [c.document_id if s == "ingested" else None for c, s in zip(claims, states, strict=True)],
-            [float(backoff(c.attempt)) if s == "pending" else 0.0 for c, s in zip(claims, states, strict=True)],
-            [o.kind for o in final])
         async with self._db.transaction() as tx:
             await lock_documents(tx, [(c.tenant_id, c.document_id)
                                       for c, s in zip(claims, states, strict=True) if s == "ingested"])
-            done = {row["artifact_id"] for row in await tx.fetch(SETTLE, claims[0].worker_id, *columns)}
+            done = await settle_attachments(
+                tx, worker_id=claims[0].worker_id, tenant_ids=[c.tenant_id for c in claims],
+                artifact_ids=[c.artifact_id for c in claims], states=list(states), reasons=[o.reason for o in final],
+                document_ids=[c.document_id if s == "ingested" else None for c, s in zip(claims, states, strict=True)],
+                delays=[float(backoff(c.attempt)) if s == "pending" else 0.0
+                        for c, s in zip(claims, states, strict=True)],
+                kinds=[o.kind for o in final])
         settled: list[Settled] = []
         for claim, state in zip(claims, states, strict=True):
             if claim.artifact_id in done:
@@ -381,7 +383,8 @@ class AttachmentQueue:
         """Give a claim back unfinished (the worker is stopping): ``pending`` again at once, this
         attempt not counted; a claim whose attachment was withdrawn meanwhile withdraws what it may
         have made. Call it shielded."""
-        if await self._db.fetchval(RELEASE, claim.tenant_id, claim.artifact_id, claim.worker_id):
+        if await release_attachment(self._db, tenant_id=claim.tenant_id, artifact_id=claim.artifact_id,
+                                    worker_id=claim.worker_id):
             return "released"
         return await self._unheld(claim) or "lease_lost"
 
@@ -390,7 +393,7 @@ class AttachmentQueue:
         conversation was deleted), and the document this claim may have made is withdrawn unless a
         live attachment still refers to it; ``lease_lost`` — another worker holds it; None — it is
         still this claim's."""
-        row = await self._db.fetchrow(LEASE_HOLDER, claim.tenant_id, claim.artifact_id)
+        row = await lease_holder(self._db, tenant_id=claim.tenant_id, artifact_id=claim.artifact_id)
         if row is None or not row["live"]:
             async with self._db.transaction() as tx:
                 await withdraw_unreferenced(tx, claim.tenant_id, [claim.document_id],
@@ -403,17 +406,15 @@ class AttachmentQueue:
     async def next_due(self, tenant_id: str | None = None) -> float | None:
         """Seconds until some attachment may become claimable (a retry's backoff ends, a lease
         expires; 0 or less: now), or None when none is pending or ingesting."""
-        value = await self._db.fetchval(NEXT_DUE, tenant_id)
-        return None if value is None else float(value)
+        return await seconds_until_due(self._db, tenant_id=tenant_id)
 
     async def counts(self, tenant_id: str | None = None) -> dict[str, int]:
         """Live attachments by state (the queue depth is ``pending`` + ``ingesting``)."""
-        rows = await self._db.fetch(COUNTS, tenant_id)
-        return {r["state"]: int(r["n"]) for r in rows}
+        return await state_counts(self._db, tenant_id=tenant_id)
 
     async def overview(self, tenant_id: str) -> QueueOverview:
         """`QueueOverview` of one tenant's live attachments, in one statement."""
-        rows = await self._db.fetch(OVERVIEW, tenant_id)
+        rows = await overview_rows(self._db, tenant_id=tenant_id)
         by_state: dict[str, int] = {}
         reasons: dict[str, dict[str, int]] = {}
         oldest = [float(r["oldest"]) for r in rows if r["oldest"] is not None]
@@ -426,7 +427,7 @@ class AttachmentQueue:
 
     async def status(self, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
         """One attachment's state, attempts, history and document; None if the artifact is gone."""
-        row = await self._db.fetchrow(STATUS, tenant_id, artifact_id)
+        row = await status_row(self._db, tenant_id=tenant_id, artifact_id=artifact_id)
         if row is None:
             return None
         state = AttachmentState(row["attachment_state"]) if row["attachment_state"] else None

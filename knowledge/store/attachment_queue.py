@@ -6,7 +6,13 @@ renew, settle, release — with the operator's reads (counts, overview, status).
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
 from knowledge.store.artifacts import LIVE, ref_columns
+from knowledge.store.db import Connection, Database, Record
 
 # Keep a PDF's upload inspection marker on its artifact: $1 tenant, $2 artifact, $3 the marker (JSON).
 SET_INSPECTION = "UPDATE artifacts SET inspection = $3::jsonb WHERE tenant_id = $1 AND artifact_id = $2"
@@ -164,3 +170,78 @@ SELECT tenant_id, artifact_id, conversation_id, file_name, media_type, trust, up
        inspection::text AS inspection, attached_by, NOT {LIVE} AS expired
 FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2
 """
+
+
+# --- the statements, each a function with named arguments (issue 33: the store owns its statements) ---------
+
+
+async def set_inspection(tx: Connection, *, tenant_id: str, artifact_id: uuid.UUID, marker: dict[str, Any]) -> None:
+    """`SET_INSPECTION`: keep a PDF's upload inspection marker on its artifact."""
+    await tx.execute(SET_INSPECTION, tenant_id, artifact_id, json.dumps(marker))
+
+
+async def mark_read(tx: Connection, *, tenant_id: str, artifact_ids: Sequence[uuid.UUID]) -> list[Record]:
+    """`MARK_READ`: the artifacts a message names, locked for marking."""
+    return await tx.fetch(MARK_READ, tenant_id, list(artifact_ids))
+
+
+async def record_marks(tx: Connection, *, tenant_id: str, conversation_id: str | None, principal_id: str | None,
+                       artifact_ids: Sequence[uuid.UUID], states: Sequence[str | None],
+                       reasons: Sequence[str | None], document_ids: Sequence[uuid.UUID | None]) -> None:
+    """`MARK`: record a message's attachments, each with its state, reason and document (parallel lists)."""
+    await tx.execute(MARK, tenant_id, conversation_id, principal_id, list(artifact_ids), list(states), list(reasons),
+                     list(document_ids))
+
+
+async def claim_attachments(db: Database, *, worker_id: str, lease_seconds: float, tenant_id: str | None,
+                            max_attempts: int, limit: int) -> list[Record]:
+    """`CLAIM`: up to ``limit`` claimable attachments, each under a lease for ``worker_id``."""
+    return await db.fetch(CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
+
+
+async def renew_leases(db: Database, *, tenant_ids: Sequence[str], artifact_ids: Sequence[uuid.UUID],
+                       worker_id: str, lease_seconds: float) -> set[uuid.UUID]:
+    """`RENEW`: extend one worker's leases; the attachments still the worker's."""
+    rows = await db.fetch(RENEW, list(tenant_ids), list(artifact_ids), worker_id, float(lease_seconds))
+    return {row["artifact_id"] for row in rows}
+
+
+async def settle_attachments(tx: Connection, *, worker_id: str, tenant_ids: Sequence[str],
+                             artifact_ids: Sequence[uuid.UUID], states: Sequence[str], reasons: Sequence[str | None],
+                             document_ids: Sequence[uuid.UUID | None], delays: Sequence[float],
+                             kinds: Sequence[str]) -> set[uuid.UUID]:
+    """`SETTLE`: record each claim's outcome (parallel lists) and release its lease; the settled ones."""
+    rows = await tx.fetch(SETTLE, worker_id, list(tenant_ids), list(artifact_ids), list(states), list(reasons),
+                          list(document_ids), list(delays), list(kinds))
+    return {row["artifact_id"] for row in rows}
+
+
+async def release_attachment(db: Database, *, tenant_id: str, artifact_id: uuid.UUID, worker_id: str) -> bool:
+    """`RELEASE`: give a claim back unfinished; whether it was still the worker's."""
+    return bool(await db.fetchval(RELEASE, tenant_id, artifact_id, worker_id))
+
+
+async def lease_holder(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> Record | None:
+    """`LEASE_HOLDER`: who holds an attachment's lease, its state, and whether it is live."""
+    return await db.fetchrow(LEASE_HOLDER, tenant_id, artifact_id)
+
+
+async def seconds_until_due(db: Database, *, tenant_id: str | None) -> float | None:
+    """`NEXT_DUE`: seconds until some attachment may become claimable; None when none waits."""
+    value = await db.fetchval(NEXT_DUE, tenant_id)
+    return None if value is None else float(value)
+
+
+async def state_counts(db: Database, *, tenant_id: str | None) -> dict[str, int]:
+    """`COUNTS`: live attachments by state."""
+    return {r["state"]: int(r["n"]) for r in await db.fetch(COUNTS, tenant_id)}
+
+
+async def overview_rows(db: Database, *, tenant_id: str) -> list[Record]:
+    """`OVERVIEW`: one tenant's live attachments by state and reason, with expired leases and ages."""
+    return await db.fetch(OVERVIEW, tenant_id)
+
+
+async def status_row(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> Record | None:
+    """`STATUS`: one attachment's row; None if the artifact is gone."""
+    return await db.fetchrow(STATUS, tenant_id, artifact_id)
