@@ -159,8 +159,8 @@ def _named_values(text: str, marks: Marks, random: Random) -> Iterator[tuple[str
             start = at - (len(before) - len(before.rstrip(_NAME_CHAR_STR)))
         else:
             start = at
-        if start in seen or (start == at and marks.low.startswith("key", at)):
-            continue  # a name that starts with "key" is no qualified key; its other words have anchors of their own
+        if start in seen:
+            continue
         seen.add(start)
         end = _NAME_TAIL.match(text, at).end()  # type: ignore[union-attr]  # (matches the empty string)
         stop = _line_end(text, end)

@@ -181,7 +181,6 @@ _QUALIFIER = re.compile(r"(?i:api|access|license|secret|private|master|signing|e
 _QUALIFIERS = tuple(q + sep for q in ("api", "access", "license", "secret", "private", "master", "signing",
                                       "encryption", "auth") for sep in ("", " ", "_", "-"))
 _TRAILING = ",;:!?)]}*_`'\""
-_PROSE_VALUE_CHAR = re.compile(r"[^\s`\"'<>,;)]", re.ASCII)
 _NAME_LIKE = re.compile(r"[a-z0-9]+(?:[-_./][a-z0-9]+)+|[A-Za-z0-9.-]+\.[a-z]{2,}(?:/\S*)?", re.ASCII)
 _PATH_PART = re.compile(r"/[a-z][a-z0-9-]{2,}(?:\.[a-z]{2,4})?/|\.(?:ya?ml|json|md|txt|conf|toml|ini)\b", re.ASCII)
 _HEADER_WORD = re.compile(rf"(?i:\b(?:{PROSE_WORD}|pass|credential|creds?)s?\b)", re.ASCII)
@@ -224,8 +223,8 @@ def _prose_value(text: str, at: int, random: Callable[[str, int], bool]) -> Span
     if at > 0 and (text[at - 1].isalnum() or text[at - 1] == "_"):
         return None  # inside a word ("bypass"); "DB_PASSWORD=" is the assignment rule's
     match = _PROSE.match(text, at)
-    if match is None or _PROSE_VALUE_CHAR.match(text, match.end()):
-        return None  # no value, or one longer than any password or token (data: read in layers)
+    if match is None:
+        return None
     value = match["v"]
     value = value[:-1] if value.endswith(".") and not value.endswith("..") else value
     value = value.rstrip(_TRAILING)
@@ -411,7 +410,8 @@ def key_containers(text: str, marks: Marks, body_ok: Callable[[str], bool], part
 # --- ciphertext -----------------------------------------------------------------------------------
 
 _CIPHERTEXT_KEYS = ("encryptedData", "sops", "encrypted_data", "ciphertext", "CiphertextBlob", "encrypted_value",
-                    "encryptedValue", "cipher_text", "EncryptedData", "CipherValue")
+                    "encryptedValue", "cipher_text", "EncryptedData", "CipherValue",
+                    "sealedSecrets", "sealed_secrets")  # the last two: `kubeseal --raw` output kept in Helm values
 # How encryption tools mark what they wrote: SOPS and hiera-eyaml (``ENC[…]``), Jasypt (``ENC(…)``),
 # Spring Cloud Config (``{cipher}``), Vault transit (``vault:v1:``), Ansible Vault, AWS KMS ciphertext
 # blobs (base64 of a KMS envelope: ``AQICAH``/``AQIBAH``/``AQIDAH``), XML encryption's CipherValue,

@@ -437,8 +437,6 @@ def _assignments(text: str, marks: Marks) -> Iterator[Span]:
         else:
             rest = _VALUE_REST.match(text, start + 12)
             end = rest.end() if rest is not None else start + 12
-            if end - start == 256 and _VALUE_REST.match(text, end, end + 1).end() > end:  # type: ignore[union-attr]
-                continue  # longer than any password or token: data (a ciphertext, an encoded file), read in layers
         value = text[start:end]
         judged = value.removeprefix(_DJANGO_DEV_PREFIX)  # Django marks its generated dev keys; still keys
         if _written(judged) or _ETCD_SIMPLE_TOKEN.fullmatch(value):

@@ -44,6 +44,8 @@ SECRETS = {
     "chat_answer_after_blank_lines":
         f"**Ana** 10:02\nwhat's the webhook secret? tests fail\n\n**Bo** 10:04\nit's\n\n{PW}\n",
     "table_user_pair": f"| Host | Credentials |\n|---|---|\n| db.internal | deploy : {PW} |\n",
+    # Longer than any password, still a credential (an AWS session token runs to 600+ characters).
+    "long_session_token": "aws_session_token = " + ("IQoJb3JpZ2luX2VjEHc" + PW) * 24 + "\n",
     "armored_hex_key": "-----BEGIN OpenVPN Static key V1-----\n" + "\n".join(
         "".join(f"{(i * 37 + j * 11 + i * j) % 256:02x}" for j in range(16)) for i in range(16))
                        + "\n-----END OpenVPN Static key V1-----\n",
@@ -64,6 +66,8 @@ CLEAN = {
         "-----BEGIN PGP PUBLIC KEY BLOCK-----\n" + "mQINBGR" * 20 + "\n-----END PGP PUBLIC KEY BLOCK-----\n",
     "openssl_salted_ciphertext":
         "$ cat secrets.env.enc\nU2FsdGVkX18j+SnvLuYsuwwj+27x0IqGS/rynaFbJzaqLxlynaQRfTDdoTA18WRx\n",
+    # `kubeseal --raw` output kept in Helm values: ciphertext, by the key it sits under.
+    "kubeseal_values": "sealedSecrets:\n  ingest-db:\n    password: Ag" + ("Cyp1lDN1NSSCptCkFf" + PW) * 20 + "\n",
     "bare_key_prose": f"the key is {PW}\n",  # a bare "key" names nothing secret (a cache key, a map key)
     "documented_rfc6749": '{"access_token":"2YotnFZFEjr1zCsicMWpAA","refresh_token":"tGzv3JOkF0XG5Qx2TlKWIA"}\n',
 }
