@@ -29,7 +29,9 @@ _EXPORTS: dict[str, str] = {
     # the service and its settings
     "KnowledgeService": "knowledge.service",
     "Health": "knowledge.service",
+    "RetrievalStatus": "knowledge.service",
     "Settings": "knowledge.config",
+    "Faults": "knowledge.ingest.ingestor",  # the fault-injection seam (`KnowledgeService.open(faults=)`)
     # the data model
     "Principal": "knowledge.models",
     "Viewer": "knowledge.models",
@@ -113,6 +115,7 @@ if TYPE_CHECKING:
         ToolRegistryError,
         TraceNotFound,
     )
+    from knowledge.ingest.ingestor import Faults
     from knowledge.models import (
         ArtifactRef,
         DeletedChunk,
@@ -123,7 +126,7 @@ if TYPE_CHECKING:
         RetrievedPassage,
         Viewer,
     )
-    from knowledge.service import Health, KnowledgeService
+    from knowledge.service import Health, KnowledgeService, RetrievalStatus
     from knowledge.structured import took_effect
     from knowledge.tools import KNOWLEDGE_DOMAIN, ScopeVocabulary, ToolContext, ToolRegistry, ToolResult
     from knowledge.vocabulary import (

@@ -35,7 +35,6 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.service import KnowledgeService
-from knowledge.store.catalog import chunk_tokens
 
 TENANT = "demo"
 MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
@@ -51,9 +50,9 @@ async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Pa
     for path in files:
         data = await anyio.Path(path).read_bytes()
         size += len(data)
-        ref = await svc.artifacts.put(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
-                                      origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name,
-                                      expires_at=datetime.now(UTC) + timedelta(hours=1))
+        ref = await svc.put_artifact(TENANT, data, media_type=MEDIA_TYPES[path.suffix.lower()],
+                                     origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name,
+                                     expires_at=datetime.now(UTC) + timedelta(hours=1))
         rel = str(path.relative_to(folder))
         requests.append(IngestRequest(
             source=ref, title=rel, visibility=Visibility.TENANT, principal=principal, origin_trust=TrustLevel.USER,
@@ -63,7 +62,7 @@ async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Pa
     try:
         results = await svc.ingest_many(requests, on_done=lambda _i, _o: progress.advance(task))
     finally:  # the uploads were only the vehicle
-        await svc.artifacts.expire_now(TENANT, [r.source.artifact_id for r in requests])
+        await svc.expire_artifacts(TENANT, [r.source.artifact_id for r in requests])
     for r, outcome in zip(requests, results, strict=True):
         reason = outcome.reason if isinstance(outcome, KnowledgeError) else "ingested"
         outcomes[reason] = outcomes.get(reason, 0) + 1
@@ -72,14 +71,16 @@ async def _ingest_folder(svc: KnowledgeService, principal: Principal, folder: Pa
         elif isinstance(outcome, Exception) and not isinstance(outcome, IngestRefused):
             raise outcome
     new = [o.document_id for o in results if isinstance(o, KnowledgeDocument)]
-    tokens.extend(await chunk_tokens(svc.db, tenant_id=TENANT, document_ids=new))
+    for document_id in new:
+        detail = await svc.document(document_id, tenant_id=TENANT)
+        tokens.extend(c.tokens for c in (detail.chunks if detail is not None else []))
     return size
 
 
 async def run(folder: Path, files: list[Path], question: str) -> None:
     principal = Principal(tenant_id=TENANT, principal_id="operator", scopes=frozenset({"knowledge.write"}))
     async with KnowledgeService.open() as svc:
-        server = svc.embedded_server
+        server = (await svc.health()).server_start
         if server is not None:
             kind = "cold (initdb)" if server.cold_start else ("joined running" if server.reused else "warm")
             print(f"embedded PostgreSQL 18 at {server.pgdata}: {kind} start in {server.start_seconds:.2f}s")

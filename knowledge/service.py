@@ -16,11 +16,11 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, Literal, ParamSpec, TypeAlias, TypeVar
 from uuid import UUID
 
 import anyio
@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from knowledge import semantic
 from knowledge.config import Settings
-from knowledge.core.chunking import Chunker
+from knowledge.core.chunking import Chunker, MarkdownChunker, PlainTextChunker
 from knowledge.core.prepare import IngestRequest
 from knowledge.core.ranking import DEFAULT_POLICY
 from knowledge.core.trace import TRACE_RETENTION, PruneResult, RecallTrace, RecallTraceView, TraceRetention
@@ -45,9 +45,10 @@ from knowledge.ingest.attachments import (
     upload_attachment,
 )
 from knowledge.ingest.bulk import OnDone, Outcome, ingest_many
-from knowledge.ingest.ingestor import Ingestor, QueueOnly
+from knowledge.ingest.ingestor import Faults, Ingestor, QueueOnly
 from knowledge.maintenance.worker import MaintenanceStatus, MaintenanceWorker
 from knowledge.models import (
+    ArtifactOrigin,
     ArtifactRef,
     Authority,
     DeletedChunk,
@@ -87,24 +88,49 @@ from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.store.retry import retry_transient, typed_faults
 from knowledge.store.server import server_identity
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
-from knowledge.store.vectors import ensure_index, table_exists
+from knowledge.store.vectors import ensure_index, missing_reason, table_exists
 from knowledge.structured import HeldError, call_in_group, keyboard_interrupt_at_checkpoints, unwrapped
 from knowledge.supervisors.embedded_pg import EmbeddedServer, start_embedded_async
 from knowledge.supervisors.embedder import Embedder
 from knowledge.supervisors.parser_pool import ParserPool
 
 _log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class SemanticStatus(BaseModel):
     model_version: str
     child_running: bool
+    child_pid: int | None = None  # the embedder child's process id (a process group of its own)
     restarts: int
     #: Searches answered by the lexical arm alone because the embedder could not answer in time.
     searches_without_arm: int = 0
     #: What waits for vectors (ingest commits without them; the embedding drain adds them), or None
     #: if the database could not say.
     backlog: Backlog | None = None
+
+
+class RetrievalStatus(BaseModel):
+    """`KnowledgeService.retrieval`: the ranking policy's name (``knowledge-v2``: the fitted relevance
+    model and its floors), the arms searches run (``lexical``, and ``semantic`` when the arm is on
+    here), searches answered without an arm that did not answer in time, by arm, and the chunks this
+    process's embedding drain embedded."""
+
+    ranking: str
+    arms: list[str]
+    searches_without_arm: dict[str, int]
+    embedded_chunks: int
+
+
+class ServerStart(BaseModel):
+    """How this service's embedded server came up: its data folder, initdb in this start, joined a
+    running one, and how long the start took."""
+
+    pgdata: str
+    cold_start: bool
+    reused: bool
+    start_seconds: float
 
 
 class Health(BaseModel):
@@ -126,6 +152,10 @@ class Health(BaseModel):
     workers: MaintenanceStatus | None = None
     #: The semantic arm, when on: its model version, whether its child is up, its restarts.
     semantic: SemanticStatus | None = None
+    #: With the semantic arm off here: why this database could hold no vectors (no pgvector), or None.
+    semantic_unavailable: str | None = None
+    #: The embedded server's start, when this service started or joined one.
+    server_start: ServerStart | None = None
 
 
 #: Why a service with the default ``semantic_arm`` runs lexical-only on this server.
@@ -171,39 +201,104 @@ async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup
     return SemanticParts(version, embedder, drain)
 
 
+Policy = Literal["retry", "typed"]
+_Method: TypeAlias = Callable[Concatenate["KnowledgeService", P], Coroutine[Any, Any, R]]
+
+
+def _call(*, in_group: bool = False, faults: Policy | None = None) -> Callable[[_Method[P, R]], _Method[P, R]]:
+    """Declare a facade method's policy once, on its definition:
+
+    - ``in_group``: it runs as a task of the service (`call_in_group`): closing the service cancels
+      it (`ServiceClosed`), and a cancelled caller waits for it to unwind (rolled back, children
+      reaped) — the writes and everything that holds a child;
+    - ``faults="retry"``: safe to repeat, so retried after a transient database fault, then
+      `DatabaseUnavailable` (`retry_transient`); ``"typed"``: run once, a transient fault raised as
+      `DatabaseUnavailable` (`typed_faults`); None: the body handles its own (or has none).
+
+    The policy is kept on the method (``__knowledge_policy__``) for the facade's test."""
+
+    def declare(fn: _Method[P, R]) -> _Method[P, R]:
+        what = fn.__name__
+
+        @functools.wraps(fn)
+        async def method(self: KnowledgeService, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            op: Callable[[], Awaitable[R]] = functools.partial(fn, self, *args, **kwargs)
+            if faults == "retry":
+                op = functools.partial(retry_transient, what, op)
+            elif faults == "typed":
+                op = functools.partial(typed_faults, what, op)
+            if in_group:
+                return await call_in_group(self._task_group, op)
+            return await op()
+
+        method.__knowledge_policy__ = (in_group, faults)  # type: ignore[attr-defined]
+        return method
+
+    return declare
+
+
 class KnowledgeService:
     """The service. Build it with `KnowledgeService.open`, never directly: the composition root,
     where each part is built once with the parts it needs (the ingest's vector queue and the
-    searcher's arms are handed in, never patched in later)."""
+    searcher's arms are handed in, never patched in later).
+
+    A closed facade: its parts are private, and what a host, the CLI, the demo and the tests may
+    use is the documented methods below (pinned by ``tests/test_exports.py``), three read-only facts
+    (`settings`, `semantic_version`, `dsn`) and one seam, `faults` (injected at `open`). Each method's
+    policy — a task of the service or not, retried after a transient database fault or typed — is
+    declared once, by `_call` on its definition."""
 
     def __init__(self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None,
-                 semantic_parts: SemanticParts | None = None) -> None:
-        self.settings = settings
-        self.db = db
-        self.catalog = catalog.Catalog(db)  # the read-side view (operator and citations)
-        self.artifacts = ArtifactStore(db, settings.max_artifact_bytes)
-        self.embedded_server = server
+                 semantic_parts: SemanticParts | None = None, faults: Faults | None = None) -> None:
+        self._settings = settings
+        self._db = db
+        self._faults = faults if faults is not None else Faults()
+        self._catalog = catalog.Catalog(db)  # the read-side view (operator and citations)
+        self._artifacts = ArtifactStore(db, settings.max_artifact_bytes)
+        self._server = server
         self._task_group = task_group
-        self.parser_pool = ParserPool()
-        self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(self.parser_pool)])
+        self._parser_pool = ParserPool()
+        self._extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(),
+                                              PdfExtractor(self._parser_pool)])
         #: The semantic arm's model version, embedder (its child's owner) and embedding drain (the
         #: queue's consumer), when the arm is on (`start_semantic`).
-        self.semantic_version = semantic_parts.version if semantic_parts else None
-        self.embedder = semantic_parts.embedder if semantic_parts else None
-        self.drain = semantic_parts.drain if semantic_parts else None
-        vectors = self.drain or (QueueOnly(self.semantic_version) if self.semantic_version else None)
-        self.ingestor = Ingestor(db, self.artifacts, self.extractors, vectors=vectors)
+        self._semantic_version = semantic_parts.version if semantic_parts else None
+        self._embedder = semantic_parts.embedder if semantic_parts else None
+        self._drain = semantic_parts.drain if semantic_parts else None
+        vectors = self._drain or (QueueOnly(self._semantic_version) if self._semantic_version else None)
+        self._ingestor = Ingestor(db, self._artifacts, self._extractors, faults=self._faults, vectors=vectors)
         arms: list[Arm] = [LexicalArm()]
-        if self.embedder is not None and self.semantic_version is not None:
-            arms.append(SemanticArm(self.embedder, self.semantic_version, DIM))
-        self.searcher = Searcher(db, arms, arm_limit=settings.search_candidates,
-                                 policy=DEFAULT_POLICY if settings.relevance_floor else DEFAULT_POLICY.unfloored())
-        self.attachment_queue = AttachmentQueue(db)
+        if self._embedder is not None and self._semantic_version is not None:
+            arms.append(SemanticArm(self._embedder, self._semantic_version, DIM))
+        self._searcher = Searcher(db, arms, arm_limit=settings.search_candidates,
+                                  policy=DEFAULT_POLICY if settings.relevance_floor else DEFAULT_POLICY.unfloored())
+        self._attachment_queue = AttachmentQueue(db)
         #: The maintenance worker — attachment workers (``attachment_workers``, maybe none) and the
         #: one sweeper (expired artifacts, trace retention) — when this service sweeps or has workers.
-        self.maintenance: MaintenanceWorker | None = (
-            MaintenanceWorker.from_settings(settings, db, self.artifacts, self.ingestor)
+        self._maintenance: MaintenanceWorker | None = (
+            MaintenanceWorker.from_settings(settings, db, self._artifacts, self._ingestor)
             if settings.attachment_workers or settings.sweep_interval_seconds else None)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings this service was opened with (read-only)."""
+        return self._settings
+
+    @property
+    def semantic_version(self) -> str | None:
+        """The model version chunk sets are queued and searched under; None: the semantic arm is off."""
+        return self._semantic_version
+
+    @property
+    def dsn(self) -> str:
+        """The DSN of the database this service uses (the embedded server's, when it started or joined one)."""
+        return self._db.dsn
+
+    @property
+    def faults(self) -> Faults:
+        """The fault-injection seam handed to `open` (``faults=``), or an inert one: a test or the
+        stress harness sets its hooks between calls."""
+        return self._faults
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -213,13 +308,16 @@ class KnowledgeService:
         *,
         dsn: str | None = None,
         data_dir: Path | None = None,
+        faults: Faults | None = None,
     ) -> AsyncIterator[KnowledgeService]:
         """Open the service; see the module docstring.
 
         ``settings`` defaults to `Settings.from_env` (``$KNOWLEDGE_DSN`` …); ``dsn`` and
-        ``data_dir`` override it. Cancellation while opening: a server start in progress runs to
-        completion (bounded by pg_ctl's timeout), everything opened so far is closed, and the
-        cancellation propagates.
+        ``data_dir`` override it. ``faults`` is the fault-injection seam (`Faults`: hooks at the
+        ingest's fault points, its retries' backoff) for tests and the stress harness.
+
+        Cancellation while opening: a server start in progress runs to completion (bounded by
+        pg_ctl's timeout), everything opened so far is closed, and the cancellation propagates.
         """
         if settings is None:
             settings = Settings.from_env(dsn=dsn, data_dir=data_dir)
@@ -239,7 +337,7 @@ class KnowledgeService:
                 # opening leaves the service's task where neither side can end it (trio's
                 # `started()` into a cancelled start does not hand the task over; anyio's asyncio
                 # start cancels it and waits) while the task waits, shielded, for `closing`.
-                owner.start_soon(cls._serve, settings, closing, (ready, opened), owner.cancel_scope,
+                owner.start_soon(cls._serve, settings, faults, closing, (ready, opened), owner.cancel_scope,
                                  name="knowledge.service")
                 try:
                     await ready.wait()  # (the task failing to open cancels this wait; the group raises why)
@@ -250,9 +348,9 @@ class KnowledgeService:
         held.reraise()
 
     @classmethod
-    async def _serve(cls, settings: Settings, closing: anyio.Event,
+    async def _serve(cls, settings: Settings, faults: Faults | None, closing: anyio.Event,
                      opened: tuple[anyio.Event, list[KnowledgeService]], block: anyio.CancelScope) -> None:
-        async with cls._opened(settings) as svc:
+        async with cls._opened(settings, faults) as svc:
             async def guard() -> None:
                 """The service's task group ending before the host's block did (a background task
                 failed) cancels the block, whose end closes the service and raises the failure."""
@@ -273,7 +371,7 @@ class KnowledgeService:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def _opened(cls, settings: Settings) -> AsyncIterator[KnowledgeService]:
+    async def _opened(cls, settings: Settings, faults: Faults | None) -> AsyncIterator[KnowledgeService]:
         async with open_bridge() as bridge:
             server: EmbeddedServer | None = None
             url = settings.dsn
@@ -296,11 +394,11 @@ class KnowledgeService:
                 held = HeldError()
                 async with anyio.create_task_group() as tg:
                     with held:
-                        svc = cls(settings, db, tg, server, await start_semantic(settings, db, tg))
-                        if svc.maintenance is not None:
-                            svc.start_background("maintenance-worker", svc.maintenance.run)
-                        svc.start_background("parser-spares", svc.parser_pool.keep_spares)
-                        if svc.drain is not None and settings.semantic_backfill:
+                        svc = cls(settings, db, tg, server, await start_semantic(settings, db, tg), faults)
+                        if svc._maintenance is not None:
+                            svc.start_background("maintenance-worker", svc._maintenance.run)
+                        svc.start_background("parser-spares", svc._parser_pool.keep_spares)
+                        if svc._drain is not None and settings.semantic_backfill:
                             svc.start_background("semantic-backfill", svc._backfill)
                         yield svc
                     tg.cancel_scope.cancel()
@@ -308,23 +406,66 @@ class KnowledgeService:
 
     async def _backfill(self) -> None:
         try:
-            queued = await self._enqueue_missing(self.settings.embedding_tenant)  # (None: every tenant)
+            queued = await self._enqueue_missing(self._settings.embedding_tenant)  # (None: every tenant)
             if queued:
-                _log.info("semantic arm: queued %d chunks that had no %s vectors", queued, self.semantic_version)
+                _log.info("semantic arm: queued %d chunks that had no %s vectors", queued, self._semantic_version)
         except Exception:
             _log.exception("semantic backfill failed; `knowledge docs reembed` (or a restart) resumes it")
 
     def _semantic(self) -> tuple[EmbeddingDrain, str]:
-        if self.drain is None or self.semantic_version is None:
+        if self._drain is None or self._semantic_version is None:
             raise ConfigurationError(message="this needs the semantic arm (semantic_arm=True)")
-        return self.drain, self.semantic_version
+        return self._drain, self._semantic_version
 
     async def _enqueue_missing(self, tenant_id: str | None) -> int:
         drain, version = self._semantic()
-        queued = await retry_transient("reembed", functools.partial(enqueue_missing, self.db, version, tenant_id))
+        queued = await retry_transient("reembed", functools.partial(enqueue_missing, self._db, version, tenant_id))
         drain.wake()
         return queued
 
+    # --- The source store: what a host puts before it ingests, and the operator's expiry.
+
+    @_call()
+    async def put_artifact(
+        self,
+        tenant_id: str,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        media_type: str,
+        origin: ArtifactOrigin = ArtifactOrigin.UPLOAD,
+        trust: TrustLevel = TrustLevel.EXTERNAL_UNTRUSTED,
+        file_name: str | None = None,
+        expires_at: datetime | None = None,
+    ) -> ArtifactRef:
+        """Store a source (bytes, or an async iterable of them) and return its ref, for `ingest`.
+        Raises `ArtifactTooLarge` above ``max_artifact_bytes``. Cancellation: nothing is stored."""
+        return await self._artifacts.put(tenant_id, data, media_type=media_type, origin=origin, trust=trust,
+                                         file_name=file_name, expires_at=expires_at)
+
+    @_call(faults="retry")
+    async def artifact_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
+        """A stored source's ref (its hash, size, media type, origin, trust). Raises `ArtifactNotFound`."""
+        return await self._artifacts.get_ref(tenant_id, artifact_id)
+
+    @_call(faults="retry")
+    async def read_artifact(self, ref: ArtifactRef) -> bytes:
+        """All of a stored source's bytes (bounded by the store's size limit)."""
+        return await self._artifacts.read(ref)
+
+    @_call(faults="retry")
+    async def expire_artifacts(self, tenant_id: str, artifact_ids: Sequence[UUID]) -> None:
+        """Expire these sources now (the sweeper, or `sweep_artifacts`, collects their bytes)."""
+        await self._artifacts.expire_now(tenant_id, artifact_ids)
+
+    @_call()
+    async def sweep_artifacts(self) -> int:
+        """Delete every expired source, bytes and row, now; return how many (the sweeper does this each
+        interval). Cancellation: batches already committed stay deleted."""
+        return await self._artifacts.sweep()
+
+    # --- The semantic arm.
+
+    @_call()
     async def reembed(self, tenant_id: str | None = None, *, wait: bool = True) -> int:
         """Queue, under the configured model version, every chunk set (of one tenant, or all; live,
         superseded and re-chunked alike) that has a chunk without a vector under it — embedded from
@@ -336,6 +477,7 @@ class KnowledgeService:
             await self._until_drained(tenant_id, None)
         return queued
 
+    @_call()
     async def wait_embedded(self, document_id: UUID | None = None, *, tenant_id: str) -> None:
         """Return once every chunk set of a document (or, with None, of the tenant) queued for the
         semantic arm has its vectors (ingest returns before they exist; at once if nothing is
@@ -346,24 +488,39 @@ class KnowledgeService:
 
     async def _until_drained(self, tenant_id: str, document_id: UUID | None) -> None:
         drain, version = self._semantic()
-        while await retry_transient("wait_embedded", functools.partial(pending, self.db, version, tenant_id,
+        while await retry_transient("wait_embedded", functools.partial(pending, self._db, version, tenant_id,
                                                                        document_id)):
             await drain.progressed(at_most=1.0)  # another process's drain may be the one at work
 
+    @_call(faults="retry")
     async def embedding_backlog(self, tenant_id: str | None = None) -> Backlog:
         """What waits for the semantic arm (of one tenant, or all): chunk sets and chunks, the
         oldest wait, this process's drain rate (0 where this process queues for the arm without
         loading the model: ``semantic_model=False``). Requires the semantic arm."""
-        if self.drain is None and self.semantic_version is not None:
-            return await self.queued_for(self.semantic_version, tenant_id)
+        if self._drain is None and self._semantic_version is not None:
+            return await queue_backlog(self._db, self._semantic_version, tenant_id)
         drain, _ = self._semantic()
-        return await retry_transient("embedding_backlog", functools.partial(drain.backlog, tenant_id))
+        return await drain.backlog(tenant_id)
 
+    @_call(faults="retry")
     async def queued_for(self, version: str, tenant_id: str | None = None) -> Backlog:
         """What waits for vectors under model ``version``, read from the queue without the arm in
         this process (a read-only command never starts the model): the rate is 0."""
-        return await retry_transient("embedding_backlog", functools.partial(queue_backlog, self.db, version, tenant_id))
+        return await queue_backlog(self._db, version, tenant_id)
 
+    @_call()
+    async def semantic_ready(self, *, within: float) -> bool:
+        """Wait up to ``within`` seconds for this process's embedder to serve (a fresh process loads
+        its model first); whether it does. False at once without the semantic arm's model here."""
+        if self._embedder is None:
+            return False
+        with anyio.move_on_after(within):
+            await self._embedder.wait_ready()
+        return self._embedder.serving
+
+    # --- Ingest, search, citations, versions, deletion.
+
+    @_call(in_group=True)
     async def ingest(
         self,
         source: ArtifactRef,
@@ -392,8 +549,9 @@ class KnowledgeService:
             authority=Authority(authority), sensitivity=Sensitivity(sensitivity), document_id=document_id,
             replaces=replaces,
         )
-        return await call_in_group(self._task_group, self.ingestor.ingest, request)
+        return await self._ingestor.ingest(request)
 
+    @_call(in_group=True)
     async def ingest_many(self, requests: Sequence[IngestRequest], *, on_done: OnDone | None = None
                           ) -> list[Outcome]:
         """``knowledge.ingest`` for many documents at once (`knowledge.ingest.bulk`): preparing the
@@ -403,109 +561,145 @@ class KnowledgeService:
         ``on_done(index, outcome)`` is called as each commits or is refused. A new version
         (``replaces``) takes the single path. Runs as a task of the service. Cancellation: the group
         in flight rolls back; documents already reported to ``on_done`` as committed stay."""
-        return await call_in_group(self._task_group, ingest_many, self.ingestor, list(requests), on_done)
+        return await ingest_many(self._ingestor, list(requests), on_done)
 
+    @_call(in_group=True, faults="retry")
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within
         its budget. Results carry `TrustLevel.KNOWLEDGE`. Runs as a task of the service (closing the
         service cancels it with `ServiceClosed`); cancelling the caller cancels the query."""
-        return await call_in_group(self._task_group, retry_transient, "search",
-                                   functools.partial(self.searcher.search, query))
+        return await self._searcher.search(query)
 
+    def retrieval(self) -> RetrievalStatus:
+        """How this process retrieves, and what its arms did since the service opened (no database read)."""
+        return RetrievalStatus(ranking=self._searcher.policy.name, arms=[arm.name for arm in self._searcher.arms],
+                               searches_without_arm=dict(self._searcher.without),
+                               embedded_chunks=self._drain.embedded_chunks if self._drain is not None else 0)
+
+    @_call(faults="retry")
     async def get_chunk(self, chunk_id: str, *, viewer: Viewer) -> KnowledgeChunk | DeletedChunk | None:
         """Resolve a citation (a chunk id) for a person — a click on a cited passage: the chunk
         (whichever version or chunk set holds it) if its document version is visible to ``viewer``
         as a search would have admitted it (visibility, project, sensitivity ceiling), a
         `DeletedChunk` if its document was deleted, else None (a passage they may not see reads as
         one that never existed). The operator's tenant-wide resolution is `operator_get_chunk`."""
-        return await self.catalog.viewed_chunk(viewer, chunk_id)
+        return await catalog.viewed_chunk(self._db, viewer, chunk_id)
 
+    @_call(faults="retry")
     async def operator_get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
         """The operator's resolution of a chunk id: anywhere in the tenant, whatever its visibility
         (`knowledge chunk show`); never for a person's view (`get_chunk`)."""
-        return await self.catalog.get_chunk(tenant_id, chunk_id)
+        return await catalog.resolve_chunk(self._db, tenant_id, chunk_id)
 
+    @_call(in_group=True, faults="typed")
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
         """Re-chunk a document's live version under another chunker version from its stored
         source (no re-upload); see `Ingestor.rechunk`. Runs as a task of the service."""
-        return await call_in_group(self._task_group, typed_faults, "rechunk",
-                                   functools.partial(self.ingestor.rechunk, document_id, chunker, principal))
+        return await self._ingestor.rechunk(document_id, chunker, principal)
 
+    def chunker_for(self, media_type: str) -> Chunker:
+        """The chunker ingest uses for a media type (Markdown's headings, else paragraphs)."""
+        structured = self._extractors.for_media_type(media_type).structure == "markdown"
+        return MarkdownChunker() if structured else PlainTextChunker()
+
+    @_call(in_group=True)
     async def delete(self, document_id: UUID, principal: Principal) -> int:
         """Delete every version of a document, its chunks, index rows and postings, and expire its
         source (the sweeper collects the bytes); returns the number of chunks deleted. Raises
         `DeleteRefused`. Runs as a task of the service; cancellation rolls it back."""
-        return await call_in_group(self._task_group, delete_document, self.db, document_id, principal)
+        return await delete_document(self._db, document_id, principal)
 
+    @_call(in_group=True)
     async def inspect_pdf(self, data: bytes) -> dict[str, Any]:
         """Upload inspection of a PDF (10 s from getting a parser slot) in a parser child: page count,
         encryption, outline. Raises `ExtractionRefused`/`ParserFailure` with a reason code.
         Cancellation: the child is killed and reaped first."""
-        return await call_in_group(self._task_group, self.parser_pool.inspect, data)
+        return await self._parser_pool.inspect(data)
 
+    @_call(faults="retry")
     async def ingest_stats(self, tenant_id: str | None = None, since: date | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" (from ``since``, a day; default: ever) and
         "instruction-like rate" (of the live corpus), for one tenant or all."""
-        return await retry_transient("ingest_stats", functools.partial(ingest_stats, self.db, tenant_id, since))
+        return await ingest_stats(self._db, tenant_id, since)
 
+    @_call()
     async def count_refusal(self, tenant_id: str, reason: str) -> None:
         """Count an ingest refused before it reached the service (the tool layer's ``missing_scope``,
         ``origin_trust``, ``invalid_arguments``) with the ingestion outcomes. Never raises: a count
         that cannot be written is logged."""
-        await self.ingestor.count_refusal(tenant_id, reason)
+        await self._ingestor.count_refusal(tenant_id, reason)
 
+    @_call(faults="retry")
     async def ingest_trend(self, tenant_id: str | None = None, since: date | None = None) -> list[IngestDay]:
         """The same metrics day by day (`knowledge.store.metrics.IngestDay`): refusals by cause and
         the instruction-like rate of what was ingested each day, from ``since``."""
-        return await retry_transient("ingest_trend", functools.partial(ingest_trend, self.db, tenant_id, since))
+        return await ingest_trend(self._db, tenant_id, since)
 
     # --- The operator's read-side view (`knowledge.store.catalog`): tenant-scoped, visibility not applied.
     # --- Read-only; cancellation propagates and leaves no connection checked out.
 
+    @_call(faults="retry")
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
                         limit: int | None = None, title: str | None = None,
                         since: datetime | None = None) -> list[catalog.DocumentSummary]:
         """The tenant's live documents, newest first (the operator's listing, not retrieval);
         filters as `catalog.list_documents`."""
-        return await self.catalog.documents(tenant_id, project=project, ingested_by=ingested_by, limit=limit,
-                                            title=title, since=since)
+        return await catalog.list_documents(self._db, tenant_id, project=project, ingested_by=ingested_by,
+                                            limit=limit, title=title, since=since)
 
+    @_call(faults="retry")
     async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
         """A live document, its source and its live chunks (no text); None if absent or deleted."""
-        return await self.catalog.document(tenant_id, document_id)
+        return await catalog.document_detail(self._db, tenant_id, document_id)
 
+    @_call(faults="retry")
+    async def document_summaries(self, document_ids: Sequence[UUID], *, tenant_id: str
+                                 ) -> dict[UUID, catalog.DocumentSummary]:
+        """The live version of each of these documents that is live, by document id."""
+        return await catalog.live_documents(self._db, tenant_id, list(document_ids))
+
+    @_call(faults="retry")
     async def document_versions(self, document_id: UUID, *, tenant_id: str) -> list[catalog.VersionInfo]:
         """Every version of a document still held, oldest first, with sources and chunk sets."""
-        return await self.catalog.document_versions(tenant_id, document_id)
+        return await catalog.document_versions(self._db, tenant_id, document_id)
 
+    @_call(faults="retry")
     async def operator_resolve_citation(self, chunk_id: str, *, tenant_id: str
                                         ) -> catalog.Citation | DeletedChunk | None:
         """The operator's resolution of a citation: a chunk id resolved to its passage, document
         version and source anywhere in the tenant, whatever its visibility; `DeletedChunk` if
         deleted. Never for a person's view: `get_chunk` checks the viewer."""
-        return await self.catalog.resolve_citation(tenant_id, chunk_id)
+        return await catalog.resolve_citation(self._db, tenant_id, chunk_id)
 
+    @_call(faults="retry")
     async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
         """The tenant's document ids starting with ``prefix`` (hex digits), at most six."""
-        return await self.catalog.document_ids_starting(tenant_id, prefix)
+        return await catalog.document_ids_starting(self._db, tenant_id, prefix)
 
+    @_call(faults="retry")
     async def tenants(self) -> list[catalog.TenantSummary]:
         """Every tenant the store knows (the operator's view: not scoped to one tenant)."""
-        return await self.catalog.tenants()
+        return await catalog.tenants(self._db)
 
+    @_call(faults="retry")
     async def tenant_known(self, tenant_id: str) -> bool:
         """Whether anything was ever put or ingested in ``tenant_id``."""
-        return await self.catalog.tenant_known(tenant_id)
+        return await catalog.tenant_known(self._db, tenant_id)
 
+    @_call(faults="retry")
     async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
-        return await self.catalog.corpus_size(tenant_id)
+        return await catalog.corpus_size(self._db, tenant_id)
 
+    @_call(faults="retry")
     async def passages_given(self, tenant_id: str) -> catalog.PassagesGiven | None:
         """How many passages the retained traces say the agent was given (turns and tool calls);
         None without trace tables. What it cited: `citation_stats`."""
-        return await self.catalog.passages_given(tenant_id)
+        return await catalog.passages_given(self._db, tenant_id)
 
+    # --- Turns, tool calls, answers and their traces.
+
+    @_call(in_group=True, faults="typed")
     async def turn(self, request: TurnRequest) -> TurnResult:
         """One turn's knowledge (`knowledge.retrieval.turn.run_turn`): where pre-turn retrieval is on
         (``request.retrieve``, else `Settings.preturn_retrieval`: off by default) retrieve under the
@@ -514,10 +708,10 @@ class KnowledgeService:
         committed. Runs as a task of the service (closing it raises `ServiceClosed`); cancelling the
         caller rolls the trace back and returns nothing."""
         if request.retrieve is None:
-            request = request.model_copy(update={"retrieve": self.settings.preturn_retrieval})
-        return await call_in_group(self._task_group, typed_faults, "turn",
-                                   functools.partial(run_turn, self.db, self.searcher, request))
+            request = request.model_copy(update={"retrieve": self._settings.preturn_retrieval})
+        return await run_turn(self._db, self._searcher, request)
 
+    @_call(in_group=True, faults="typed")
     async def tool_search(self, query: KnowledgeQuery, *, trace_id: UUID | None = None,
                           session_id: str | None = None, turn_id: str | None = None) -> ToolSearch:
         """``knowledge.search`` as the agent calls it (the tool handler's path): search, render the
@@ -526,10 +720,10 @@ class KnowledgeService:
         caps the search's) — or, without one, to a trace of the call's own — in one transaction
         (`knowledge.retrieval.turn.run_tool_search`). Raises `ToolRefused` (``unknown_trace``). Runs
         as a task of the service; cancelling the caller returns nothing and traces nothing."""
-        return await call_in_group(self._task_group, typed_faults, "tool_search", functools.partial(
-            run_tool_search, self.db, self.searcher, query, trace_id=trace_id, session_id=session_id,
-            turn_id=turn_id))
+        return await run_tool_search(self._db, self._searcher, query, trace_id=trace_id, session_id=session_id,
+                                     turn_id=turn_id)
 
+    @_call(in_group=True, faults="typed")
     async def record_answer(self, trace_id: UUID, answer: str, *, tenant_id: str) -> RecordedAnswer:
         """Record the agent's ``answer`` for the turn whose trace is ``trace_id``: the chunk ids it
         cites are found (any wrapping: ``[kc_…]``, ``(kc_…)``, bare …; see `knowledge.core.citations`),
@@ -541,27 +735,28 @@ class KnowledgeService:
         its text) and in the citation counters (`citation_stats`: accuracy and rate), in one
         transaction. A turn may record several answers. Raises `TraceNotFound` (``unknown_trace``).
         Runs as a task of the service; cancelling the caller records nothing."""
-        recorded: RecordedAnswer | None = await call_in_group(
-            self._task_group, typed_faults, "record_answer",
-            functools.partial(record_answer, self.db, self.embedder, tenant_id, trace_id, answer))
+        recorded = await record_answer(self._db, self._embedder, tenant_id, trace_id, answer)
         if recorded is None:
             raise TraceNotFound(message=f"no trace {trace_id} in tenant {tenant_id}")
         return recorded
 
+    @_call(faults="retry")
     async def citation_stats(self, tenant_id: str | None = None, since: date | None = None) -> CitationStats:
         """The tracked citation metrics from the recorded answers (per tenant, or all, from a UTC
         day): answers, answers citing, citations, hallucinated citations, citation accuracy
         (supported / judged citations) and citation rate (answers citing every passage they drew on
         / answers that drew on one).
         Cancellation: the read is cancelled; nothing to undo."""
-        return await retry_transient("citation_stats", functools.partial(citation_stats, self.db, tenant_id, since))
+        return await citation_stats(self._db, tenant_id, since)
 
+    @_call(faults="retry")
     async def operator_trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
         """The operator's read of a turn's `RecallTrace` as stored (beliefs, passages and tool calls in
         one record, nothing filtered), or None. Never for a person: `trace_view` checks the viewer.
         Cancellation: the read is cancelled; nothing to undo."""
-        return await retry_transient("trace", functools.partial(load_trace, self.db, tenant_id, trace_id))
+        return await load_trace(self._db, tenant_id, trace_id)
 
+    @_call(faults="retry")
     async def trace_view(self, trace_id: UUID, *, viewer: Viewer) -> RecallTraceView | None:
         """A trace as ``viewer`` may see it — None unless ``viewer`` is the principal whose turn it
         was (a turn's query, beliefs and what the agent was given are that principal's: to anyone
@@ -570,112 +765,131 @@ class KnowledgeService:
         scope, a changed visibility), are withheld and counted; deleted passages are shown as
         deleted with their chunk id. The operator's view: `operator_trace_view`.
         Cancellation: the reads are cancelled; nothing to undo."""
-        return await retry_transient("trace_view", functools.partial(
-            view_trace, self.db, viewer.tenant_id, trace_id, viewer.sensitivity_ceiling, viewer))
+        return await view_trace(self._db, viewer.tenant_id, trace_id, viewer.sensitivity_ceiling, viewer)
 
+    @_call(faults="retry")
     async def operator_trace_view(
         self, trace_id: UUID, *, tenant_id: str, viewing_ceiling: Sensitivity | str
     ) -> RecallTraceView | None:
         """A trace as an operator's viewing surface sees it: only the two ceilings apply (the
         passages' visibility does not). Cancellation: the reads are cancelled; nothing to undo."""
-        return await retry_transient("operator_trace_view", functools.partial(
-            view_trace, self.db, tenant_id, trace_id, Sensitivity(viewing_ceiling)))
+        return await view_trace(self._db, tenant_id, trace_id, Sensitivity(viewing_ceiling))
 
+    @_call(faults="retry")
     async def check_trace(self, trace_id: UUID, *, tenant_id: str) -> TraceCheck:
         """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash.
         Cancellation: the reads are cancelled; nothing to undo."""
-        return await retry_transient("check_trace", functools.partial(check_trace, self.db, tenant_id, trace_id))
+        return await check_trace(self._db, tenant_id, trace_id)
 
+    @_call(faults="retry")
     async def budget_pressure(self, tenant_id: str | None = None, since: date | None = None) -> BudgetPressure:
         """The tracked metric "budget pressure": how often and how much the knowledge class yielded
         (per tenant, or all, from a UTC day). Cancellation: the read is cancelled; nothing to undo."""
-        return await retry_transient("budget_pressure", functools.partial(budget_pressure, self.db, tenant_id, since))
+        return await budget_pressure(self._db, tenant_id, since)
 
+    @_call()
     async def prune_traces(self, retention: TraceRetention = TRACE_RETENTION) -> PruneResult:
         """Apply the traces' two-tier retention schedule now (the sweeper does this each interval).
         Cancellation: the batch in flight rolls back."""
-        return await prune_traces(self.db, retention=retention)
+        return await prune_traces(self._db, retention=retention)
 
+    # --- Owner-sent attachments (ADR-0120) and the maintenance worker.
+
+    @_call(faults="typed")  # retries inside, past the inspection
     async def upload_attachment(self, tenant_id: str, data: bytes, *, media_type: str, file_name: str | None,
                                 expires_at: datetime | None = None) -> ArtifactRef:
         """Store a chat attachment (ADR-0120) as an ``UPLOAD`` artifact, trust ``EXTERNAL_UNTRUSTED``;
         a PDF gets upload inspection first (the parser pool's 10 s ``inspect``) and its marker is kept on
         the artifact. Raises `ArtifactTooLarge`. Cancellation: the inspection's child is killed and
         reaped, and nothing is stored."""
-        return await typed_faults("upload_attachment", functools.partial(  # retries inside, past the inspection
-            upload_attachment, self.db, self.parser_pool.inspect, tenant_id, data, media_type=media_type,
-            file_name=file_name, max_bytes=self.settings.max_artifact_bytes, expires_at=expires_at))
+        return await upload_attachment(self._db, self._parser_pool.inspect, tenant_id, data, media_type=media_type,
+                                       file_name=file_name, max_bytes=self._settings.max_artifact_bytes,
+                                       expires_at=expires_at)
 
+    @_call(faults="retry")  # idempotent
     async def mark_attachments(self, actor: MessageActor, artifact_ids: Iterable[UUID], *,
                                conversation_id: str) -> list[AttachmentMark]:
         """A message was sent with these attachments (`knowledge.ingest.attachments.mark_attachments`): each
         is recorded with the conversation and marked ``pending`` only if ``actor`` is the principal
         holding ``knowledge.write`` and its media type is supported; this process's attachment workers
         are woken. Cancellation: nothing is marked."""
-        marks = await retry_transient("mark_attachments", functools.partial(  # idempotent
-            mark_attachments, self.db, actor, list(artifact_ids), conversation_id=conversation_id,
-            media_types=self.extractors.media_types()))
-        if self.maintenance is not None:
-            self.maintenance.wake()
+        marks = await mark_attachments(self._db, actor, list(artifact_ids), conversation_id=conversation_id,
+                                       media_types=self._extractors.media_types())
+        if self._maintenance is not None:
+            self._maintenance.wake()
         return marks
 
+    @_call(faults="retry")
     async def attachment(self, tenant_id: str, artifact_id: UUID) -> AttachmentStatus | None:
         """An attachment's state, reason, attempts and their history, and its document; None if gone."""
-        return await retry_transient(
-            "attachment", functools.partial(self.attachment_queue.status, tenant_id, artifact_id))
+        return await self._attachment_queue.status(tenant_id, artifact_id)
 
+    @_call(faults="retry")
     async def attachment_overview(self, tenant_id: str) -> QueueOverview:
         """A tenant's attachments by state and reason, expired leases and the oldest pending one's age
         (`knowledge.ingest.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
-        return await retry_transient(
-            "attachment_overview", functools.partial(self.attachment_queue.overview, tenant_id))
+        return await self._attachment_queue.overview(tenant_id)
 
+    @_call(in_group=True)
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation's attachments and, through the deletion cascade, the documents ingested
         from them (`knowledge.store.deletion.delete_conversation`); the sweeper collects the bytes. Runs as a
         task of the service; cancellation rolls it back."""
-        return await call_in_group(self._task_group, delete_conversation, self.db, tenant_id, conversation_id)
+        return await delete_conversation(self._db, tenant_id, conversation_id)
 
+    @_call()
     async def worker_status(self) -> MaintenanceStatus | None:
         """The maintenance worker's supervisor counters (crashes, restarts, last error, crash loop),
         its workers' counters and the queue's depth; None if this service runs no worker."""
-        return await self.maintenance.status() if self.maintenance is not None else None
+        return await self._maintenance.status() if self._maintenance is not None else None
+
+    def worker_snapshot(self) -> MaintenanceStatus | None:
+        """The maintenance worker's counters as this process holds them (no database read; also
+        after the service closed); None if this service runs no worker."""
+        return self._maintenance.snapshot() if self._maintenance is not None else None
 
     def start_background(self, name: str, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""
         self._task_group.start_soon(fn, *args, name=name)
 
+    @_call()
     async def health(self) -> Health:
         """Round-trip the database and report; never raises for a database failure.
 
         Cancellation: propagates; nothing is left checked out."""
         began = time.perf_counter()
         expected = len(await anyio.to_thread.run_sync(discover))  # reads the package's files
+        server = self._server
         common: dict[str, Any] = {
-            "backend": self.db.backend,
-            "embedded": self.embedded_server is not None,
-            "data_dir": str(self.settings.data_dir) if self.embedded_server else None,
+            "backend": self._db.backend,
+            "embedded": server is not None,
+            "data_dir": str(self._settings.data_dir) if server else None,
+            "server_start": ServerStart(pgdata=str(server.pgdata), cold_start=server.cold_start, reused=server.reused,
+                                        start_seconds=server.start_seconds) if server else None,
             "schema_expected": expected,
-            "pool": self.db.pool_stats(),
-            "workers": self.maintenance.snapshot() if self.maintenance else None,
-            "semantic": SemanticStatus(model_version=self.semantic_version, child_running=self.embedder.pid is not None,
-                                       restarts=self.embedder.restarts,
-                                       searches_without_arm=self.searcher.without[SemanticArm.name])
-            if self.embedder is not None and self.semantic_version is not None else None,
+            "pool": self._db.pool_stats(),
+            "workers": self._maintenance.snapshot() if self._maintenance else None,
+            "semantic": SemanticStatus(model_version=self._semantic_version,
+                                       child_running=self._embedder.pid is not None, child_pid=self._embedder.pid,
+                                       restarts=self._embedder.restarts,
+                                       searches_without_arm=self._searcher.without[SemanticArm.name])
+            if self._embedder is not None and self._semantic_version is not None else None,
         }
         try:
-            server = await server_identity(self.db)
-            versions = await applied_versions(self.db)
-            if common["semantic"] is not None and self.drain is not None:
-                common["semantic"].backlog = await self.drain.backlog()
+            identity = await server_identity(self._db)
+            versions = await applied_versions(self._db)
+            if common["semantic"] is not None and self._drain is not None:
+                common["semantic"].backlog = await self._drain.backlog()
+            if self._semantic_version is None:
+                common["semantic_unavailable"] = await missing_reason(self._db)
         except Exception as exc:
             return Health(ok=False, server_version=None, database=None, schema_version=0,
                           latency_ms=(time.perf_counter() - began) * 1000, error=repr(exc), **common)
         schema_version = max(versions, default=0)
         return Health(
-            ok=schema_version == expected and not (self.maintenance and self.maintenance.snapshot().crash_looping),
-            server_version=server.version,
-            database=server.database,
+            ok=schema_version == expected and not (self._maintenance and self._maintenance.snapshot().crash_looping),
+            server_version=identity.version,
+            database=identity.database,
             schema_version=schema_version,
             latency_ms=(time.perf_counter() - began) * 1000,
             **common,

@@ -273,7 +273,7 @@ async def _search(service: KnowledgeService, context: ToolContext, args: SearchA
 
 async def _ingest(service: KnowledgeService, context: ToolContext, args: IngestArguments) -> ToolResult:
     try:  # the stored artifact's origin, not the one the model's copy of the ref claims
-        origin = (await service.artifacts.get_ref(context.principal.tenant_id, args.source.artifact_id)).origin
+        origin = (await service.artifact_ref(context.principal.tenant_id, args.source.artifact_id)).origin
     except ArtifactNotFound:
         origin = args.source.origin  # (the ingest refuses it with its own reason)
     document = await service.ingest(

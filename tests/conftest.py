@@ -26,6 +26,7 @@ thread's stack after ``faulthandler_timeout``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -150,6 +151,23 @@ def new_database(admin: str, migrated: bool = True) -> str:
 def database_dsn(admin_dsn: str) -> str:
     """One migrated database shared by the session; tests isolate themselves by tenant id."""
     return new_database(admin_dsn)
+
+
+@contextlib.asynccontextmanager
+async def open_sql(dsn: str) -> AsyncIterator[Database]:
+    """A pool of the test's own on ``dsn`` (the service's database: `KnowledgeService.dsn`): what a
+    test reads or writes behind the service's back — rows, counts, a terminated backend. The service's
+    own pool is private (a closed facade); its application name is not this one."""
+    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=2,
+                                                      application_name="knowledge-test-sql") as db:
+        yield db
+
+
+@pytest.fixture
+async def sql(database_dsn: str) -> AsyncIterator[Database]:
+    """`open_sql` on the session's database (where the ``service`` fixture's service runs)."""
+    async with open_sql(database_dsn) as db:
+        yield db
 
 
 @pytest.fixture

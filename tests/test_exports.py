@@ -79,3 +79,60 @@ def test_the_readmes_examples_import_from_the_package_alone() -> None:
     code = "\n".join(re.findall(r"```python\n(.*?)```", readme, re.DOTALL))
     imports = re.findall(r"^\s*(?:from|import) (knowledge\S*)", code, re.M)
     assert imports and set(imports) == {"knowledge"}
+
+
+#: `KnowledgeService`'s public surface, pinned: the documented methods, the read-only facts and the one
+#: seam (`faults`). A name added or removed is a change of the host's API: make it here on purpose.
+FACADE = {
+    # opening, health, the service's own task group
+    "open", "health", "start_background", "settings", "dsn", "faults",
+    # sources
+    "put_artifact", "artifact_ref", "read_artifact", "expire_artifacts", "sweep_artifacts",
+    # ingest, versions, deletion
+    "ingest", "ingest_many", "rechunk", "chunker_for", "delete", "inspect_pdf", "count_refusal",
+    # retrieval and citations
+    "search", "retrieval", "get_chunk", "operator_get_chunk", "operator_resolve_citation",
+    # the semantic arm
+    "semantic_version", "semantic_ready", "reembed", "wait_embedded", "embedding_backlog", "queued_for",
+    # the operator's catalog and metrics
+    "documents", "document", "document_summaries", "document_versions", "document_ids_starting", "tenants",
+    "tenant_known", "corpus_size", "passages_given", "ingest_stats", "ingest_trend", "citation_stats",
+    "budget_pressure",
+    # turns, tool calls, answers, traces
+    "turn", "tool_search", "record_answer", "operator_trace", "trace_view", "operator_trace_view", "check_trace",
+    "prune_traces",
+    # attachments and the maintenance worker
+    "upload_attachment", "mark_attachments", "attachment", "attachment_overview", "delete_conversation",
+    "worker_status", "worker_snapshot",
+}
+#: The read-only facts: properties without a setter.
+FACTS = {"settings", "dsn", "faults", "semantic_version"}
+
+
+def test_the_service_is_a_closed_facade_whose_surface_is_pinned() -> None:
+    """Its public names are exactly `FACADE`; every attribute its constructor sets is private; the facts
+    cannot be assigned; and every public coroutine method declares its policy (a task of the service or
+    not; retried, typed or its own) once, on its definition (``knowledge.service._call``)."""
+    from knowledge.service import KnowledgeService
+
+    assert {name for name in dir(KnowledgeService) if not name.startswith("_")} == FACADE
+    init = next(node for node in ast.walk(ast.parse(inspect.getsource(KnowledgeService)))
+                if isinstance(node, ast.FunctionDef) and node.name == "__init__")
+    assigned = {target.attr for node in ast.walk(init) if isinstance(node, ast.Assign | ast.AnnAssign)
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Attribute)}
+    assert assigned and all(name.startswith("_") for name in assigned), sorted(assigned)
+    for name in FACTS:
+        fact = inspect.getattr_static(KnowledgeService, name)
+        assert isinstance(fact, property) and fact.fset is None, name
+    undeclared = [name for name in FACADE - FACTS - {"open"}
+                  if inspect.iscoroutinefunction(getattr(KnowledgeService, name))
+                  and not hasattr(getattr(KnowledgeService, name), "__knowledge_policy__")]
+    assert undeclared == []
+    policies = {name: getattr(KnowledgeService, name).__knowledge_policy__ for name in FACADE - FACTS
+                if hasattr(getattr(KnowledgeService, name), "__knowledge_policy__")}
+    # The writes and whatever holds a child run as tasks of the service; the reads are retried.
+    assert all(policies[name][0] for name in ("ingest", "ingest_many", "rechunk", "delete", "inspect_pdf", "turn",
+                                              "tool_search", "record_answer", "delete_conversation", "search"))
+    assert all(policies[name] == (False, "retry") for name in ("documents", "document", "get_chunk", "tenants",
+                                                               "ingest_stats", "citation_stats", "trace_view"))

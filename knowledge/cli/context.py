@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import typer
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
     from knowledge.config import Settings
     from knowledge.models import Principal
     from knowledge.service import KnowledgeService
-    from knowledge.store.catalog import Catalog
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -130,7 +130,15 @@ def semantic_arm_state(version: str | None, missing: str | None) -> dict[str, st
     return {"state": "on", "model_version": version, "reason": None}
 
 
-async def require_tenant(cat: Catalog, tenant: str) -> None:
+class TenantReads(Protocol):
+    """What `require_tenant` and `resolve_document` read: a `Catalog`, or the service's facade."""
+
+    async def tenant_known(self, tenant_id: str) -> bool: ...
+
+    async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[uuid.UUID]: ...
+
+
+async def require_tenant(cat: TenantReads, tenant: str) -> None:
     """A tenant nothing was ever put in is a mistake (a typo), not an empty result."""
     if not await cat.tenant_known(tenant):
         raise CliError(f"unknown tenant {tenant!r}: nothing was ever ingested there (knowledge tenants lists the "

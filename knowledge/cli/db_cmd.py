@@ -124,12 +124,10 @@ async def _dsn_health(opts: Options, version: str | None) -> tuple[Health, str |
     """--dsn's health, without migrating and without the semantic arm (a status loads no model), and
     why the semantic arm has no vectors there (no pgvector), when it is configured on and the
     schema is current."""
-    from knowledge.store.vectors import missing_reason
-
     async with open_service(opts, migrate=False, semantic_arm=False) as svc:
         health = await svc.health()
         current = health.error is None and health.schema_version == health.schema_expected
-        return health, await missing_reason(svc.db) if version is not None and current else None
+        return health, health.semantic_unavailable if version is not None and current else None
 
 
 @db_app.command("status")

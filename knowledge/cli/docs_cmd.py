@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from knowledge.cli import signals
-from knowledge.cli.context import EXIT_REFUSED, CliError, Options, open_service, options, parse_instant, require_tenant
+from knowledge.cli.context import (
+    EXIT_REFUSED,
+    CliError,
+    Options,
+    TenantReads,
+    open_service,
+    options,
+    parse_instant,
+    require_tenant,
+)
 from knowledge.cli.output import human_bytes, safe
 from knowledge.cli.reading import open_reader
 
@@ -43,7 +52,7 @@ def document_ref(value: str) -> uuid.UUID | str:
     return prefix
 
 
-async def resolve_document(cat: Catalog, tenant: str, ref: uuid.UUID | str) -> uuid.UUID:
+async def resolve_document(cat: TenantReads, tenant: str, ref: uuid.UUID | str) -> uuid.UUID:
     """The document a `document_ref` names: an ambiguous or unknown prefix is refused, naming the
     candidates."""
     if isinstance(ref, uuid.UUID):
@@ -222,9 +231,9 @@ def delete(
 
     async def run() -> tuple[uuid.UUID, int, int]:
         async with open_service(opts, semantic_arm=False) as svc:
-            doc_id = await resolve_document(svc.catalog, opts.tenant, ref)
+            doc_id = await resolve_document(svc, opts.tenant, ref)
             chunks = await svc.delete(doc_id, principal)
-            return doc_id, chunks, await svc.artifacts.sweep()
+            return doc_id, chunks, await svc.sweep_artifacts()
 
     doc_id, chunks, swept = opts.run(run)
     if opts.out.json:
@@ -256,20 +265,15 @@ def rechunk(
     async def run() -> tuple[uuid.UUID, int, str]:
         # The new chunk set is queued for the semantic arm; this process loads no model.
         async with open_service(opts, semantic_model=False, semantic_backfill=False) as svc:
-            doc_id = await resolve_document(svc.catalog, opts.tenant, ref)
+            doc_id = await resolve_document(svc, opts.tenant, ref)
             live = await svc.document(doc_id, tenant_id=opts.tenant)
             if live is None:
                 raise CliError(f"document_not_found: no live document {doc_id} in tenant {opts.tenant}",
                                EXIT_REFUSED)
-            from knowledge.core.chunking import Chunker, MarkdownChunker, PlainTextChunker
+            from knowledge.core.chunking import Chunker, PlainTextChunker
 
-            choice: Chunker
-            if chunker is ChunkerChoice.PARAGRAPHS:
-                choice = PlainTextChunker()
-            elif svc.extractors.for_media_type(live.document.media_type).structure == "markdown":
-                choice = MarkdownChunker()
-            else:
-                choice = PlainTextChunker()
+            choice: Chunker = PlainTextChunker() if chunker is ChunkerChoice.PARAGRAPHS \
+                else svc.chunker_for(live.document.media_type)
             return doc_id, await svc.rechunk(doc_id, choice, principal), choice.version
 
     doc_id, count, version = opts.run(run)

@@ -100,7 +100,6 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
     """Read one file and put it as an upload with an expiry; an unchanged file or an unreadable
     one is settled here. A refusal is an outcome, not an exception."""
     from knowledge.core.prepare import IngestRequest
-    from knowledge.store.catalog import live_documents
 
     file, title = found.file, found.title
     stdin_name = request.get("stdin", {}).get(file)
@@ -120,16 +119,17 @@ async def upload_file(svc: KnowledgeService, principal: Principal, found: Found,
         document_id, earlier = document_id_for(tenant, "", stdin_name), None
     else:
         document_id, earlier = document_identity(tenant, found), earlier_document_id(tenant, found)
-    known = await live_documents(svc.db, tenant, [document_id] if earlier is None else [document_id, earlier])
+    known = await svc.document_summaries([document_id] if earlier is None else [document_id, earlier],
+                                         tenant_id=tenant)
     existing = known.get(document_id)
     folder_as = found.folder_as if existing is None and earlier in known else None
     if existing is not None and existing.source_sha256 == hashlib.sha256(data).hexdigest():
         return _Upload(replace(out, outcome="unchanged", document_id=document_id, version=existing.version,
                                chunks=existing.chunks))
     try:
-        ref = await svc.artifacts.put(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
-                                      trust=TrustLevel.USER, file_name=file.name,
-                                      expires_at=datetime.now(UTC) + UPLOAD_LIFETIME)
+        ref = await svc.put_artifact(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
+                                     trust=TrustLevel.USER, file_name=file.name,
+                                     expires_at=datetime.now(UTC) + UPLOAD_LIFETIME)
     except KnowledgeError as exc:
         if exc.reason in UNAVAILABLE:
             raise
@@ -177,13 +177,12 @@ async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> Fi
     ingests of one folder at once) is ``unchanged`` when that process stored the same bytes."""
     from knowledge.errors import IngestRefused
     from knowledge.models import KnowledgeDocument
-    from knowledge.store.catalog import live_document
 
     out = upload.out
     if isinstance(outcome, IngestRefused) and outcome.reason == "document_exists" and upload.request is not None:
         tenant, document_id = upload.request.principal.tenant_id, upload.request.document_id
         assert document_id is not None  # (document_exists: a first version was asked for)
-        there = await live_document(svc.db, tenant, document_id)
+        there = (await svc.document_summaries([document_id], tenant_id=tenant)).get(document_id)
         if there is not None and there.source_sha256 == upload.request.source.sha256:
             return replace(out, outcome="unchanged", document_id=document_id, version=there.version,
                            chunks=there.chunks)
@@ -193,7 +192,8 @@ async def settle(svc: KnowledgeService, upload: _Upload, outcome: Outcome) -> Fi
         return landed(upload, outcome)
     if not isinstance(outcome, KnowledgeDocument):
         raise outcome
-    summary = await live_document(svc.db, outcome.tenant_id, outcome.document_id)
+    summary = (await svc.document_summaries([outcome.document_id], tenant_id=outcome.tenant_id)).get(
+        outcome.document_id)
     return landed(upload, outcome, chunks=summary.chunks if summary else None)
 
 
@@ -434,8 +434,8 @@ async def _ingest_run(opts: Options, principal: Principal, request: dict[str, An
             except BaseException:  # interrupted, or the database gone: what committed is written now
                 run.settle_reported()
                 raise
-        await svc.artifacts.sweep()  # the uploads expired once ingested: collect their bytes now
-        if svc.drain is not None and wait_embedded:
+        await svc.sweep_artifacts()  # the uploads expired once ingested: collect their bytes now
+        if "semantic" in svc.retrieval().arms and wait_embedded:  # this process embeds
             await _wait_embedded(svc, principal.tenant_id, wait_embedded, _progress(opts))
         if svc.semantic_version is not None:
             backlog = await svc.embedding_backlog(principal.tenant_id)
@@ -472,7 +472,7 @@ async def _ingest_pending(svc: KnowledgeService, principal: Principal, run: _Run
                 await svc.ingest_many([u.request for u in pending if u.request is not None], on_done=on_done)
             finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
                 with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
-                    await svc.artifacts.expire_now(
+                    await svc.expire_artifacts(
                         principal.tenant_id, [u.request.source.artifact_id for u in pending if u.request])
         if lost:
             settling.cancel_scope.cancel()
@@ -523,7 +523,7 @@ async def _wait_embedded(svc: KnowledgeService, tenant: str, seconds: float, pro
                 async def show() -> None:
                     while True:
                         left = (await svc.embedding_backlog(tenant)).chunks
-                        serving = svc.embedder is not None and svc.embedder.serving
+                        serving = await svc.semantic_ready(within=0)
                         progress.update(task, completed=first.chunks - left,
                                         description="embedding" if serving else "embedding (loading the model…)")
                         await anyio.sleep(0.5)

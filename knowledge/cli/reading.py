@@ -68,5 +68,7 @@ async def open_reader(opts: Options) -> AsyncIterator[Catalog]:
                 if await _current(db):
                     yield Catalog(db)
                     return
-    async with open_service(opts, semantic_arm=False) as svc:
-        yield svc.catalog
+    # The service creates and migrates the database; the reads go through a connection of their own.
+    async with open_service(opts, semantic_arm=False) as svc, open_bridge() as bridge, \
+            Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=1, application_name="knowledge-cli") as db:
+        yield Catalog(db)

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
-import anyio
 import typer
 from rich.text import Text
 
@@ -98,22 +97,21 @@ def search(
     async def run() -> tuple[list[RetrievedPassage], str, list[str], list[str]]:
         # Only the query is embedded here: no backfill, no drain competing with it for the child.
         async with open_service(opts, semantic_backfill=False, semantic_drain=False) as svc:
-            await require_tenant(svc.catalog, opts.tenant)
-            embedder = svc.embedder
-            if embedder is not None:  # a fresh process: its embedder child is loading the model
-                with anyio.move_on_after(EMBEDDER_WAIT_SECONDS):
-                    await embedder.wait_ready()
-            before = svc.searcher.without[SemanticArm.name]
+            await require_tenant(svc, opts.tenant)
+            semantic = SemanticArm.name in svc.retrieval().arms
+            if semantic:  # a fresh process: its embedder child is loading the model
+                await svc.semantic_ready(within=EMBEDDER_WAIT_SECONDS)
+            before = svc.retrieval().searches_without_arm.get(SemanticArm.name, 0)
             passages = await svc.search(request)
             notes, arms = [], ["lexical"]
-            if embedder is not None and svc.searcher.without[SemanticArm.name] > before:
+            if semantic and svc.retrieval().searches_without_arm.get(SemanticArm.name, 0) > before:
                 notes.append(f"the semantic arm did not answer (its model was not loaded within "
                              f"{EMBEDDER_WAIT_SECONDS:.0f} s): these passages are from the lexical arm only")
-            elif embedder is not None:
+            elif semantic:
                 arms.append(SemanticArm.name)
             if not passages:
                 notes.append(await _why_nothing(svc, request))
-            return passages, svc.searcher.policy.name, arms, notes
+            return passages, svc.retrieval().ranking, arms, notes
 
     passages, policy, arms, notes = opts.run(run)
     rendered_at = when or datetime.now(UTC)

@@ -32,15 +32,16 @@ async def serve(settings: Settings, *, announce: Callable[[dict[str, Any]], None
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with KnowledgeService.open(settings) as svc:
-            maintenance = svc.maintenance
-            if maintenance is None:
+            started = svc.worker_snapshot()
+            if started is None:
                 raise CliError("the service was opened without its maintenance worker")
-            announce({"ready": True, "pid": os.getpid(), "process": maintenance.process,
-                      "workers": [w.worker_id for w in maintenance.workers]})
+            announce({"ready": True, "pid": os.getpid(), "process": started.process,
+                      "workers": [w.worker_id for w in started.workers]})
             async for signum in signals:
                 _log.info("signal %d: stopping the maintenance worker", signum)
                 break
-        status = maintenance.snapshot()  # after the close: jobs in flight are released by now
+        status = svc.worker_snapshot()  # after the close: jobs in flight are released by now
+        assert status is not None
         announce({"stopped": True, "workers": [w.model_dump() for w in status.workers]})
 
 

@@ -82,6 +82,24 @@ T = TypeVar("T")
 FaultHook = Callable[[str, "Connection | None"], Awaitable[None]]
 
 
+@dataclass
+class Faults:
+    """The fault-injection seam (as httpx's ``Client(transport=)`` is its client's): what a test or
+    the stress harness hands to `KnowledgeService.open` (``faults=``) and may change between calls.
+    The ingest reads it at each fault point and each retry.
+
+    - ``ingest_step``: a `FaultHook`, called at the ingest's fault points (above);
+    - ``retry_delays``: the backoff between attempts after a transient database fault (None: the
+      store's `RETRY_DELAYS`; ``()``: no retry)."""
+
+    ingest_step: FaultHook | None = None
+    retry_delays: tuple[float, ...] | None = None
+
+    @property
+    def delays(self) -> tuple[float, ...]:
+        return RETRY_DELAYS if self.retry_delays is None else self.retry_delays
+
+
 class VectorQueue(Protocol):
     """Where the ingest queues each chunk set it writes for embedding, in the same transaction (the
     semantic arm's drain, `knowledge.semantic.queue.EmbeddingDrain`, satisfies it): the model
@@ -111,9 +129,8 @@ class Ingestor:
     db: Database
     artifacts: ArtifactStore
     registry: ExtractorRegistry
-    fault_hook: FaultHook | None = field(default=None)
-    #: Backoff between attempts after a transient database fault (`knowledge.store.retry`).
-    retry_delays: tuple[float, ...] = RETRY_DELAYS
+    #: The fault-injection seam: hooks at the fault points, the retries' backoff.
+    faults: Faults = field(default_factory=Faults)
     #: The semantic arm's queue, when the arm is on: every chunk set written is queued for
     #: embedding under its version in the same transaction (`knowledge.semantic.queue`).
     vectors: VectorQueue | None = None
@@ -195,7 +212,7 @@ class Ingestor:
                 EXTRACTION_OWNER.reset(owner)
 
         # Reading the source writes nothing: safe to repeat after a database fault.
-        source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.retry_delays)
+        source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.faults.delays)
         await anyio.lowlevel.checkpoint()
         prepared = prepare(raw_text, title, extractor.structure, chunker, extractor.version)
         await anyio.lowlevel.checkpoint()
@@ -255,8 +272,8 @@ class Ingestor:
         return len(prepared.chunks)
 
     async def fault(self, step: str, conn: Connection | None) -> None:
-        if self.fault_hook is not None:
-            await self.fault_hook(step, conn)
+        if self.faults.ingest_step is not None:
+            await self.faults.ingest_step(step, conn)
 
     async def _commit(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
                       ) -> KnowledgeDocument:
@@ -264,7 +281,7 @@ class Ingestor:
         same document id; an attempt whose COMMIT was sent but not answered is resolved by looking
         for the version it wrote before anything runs again."""
         document_id = request.replaces or request.document_id or uuid.uuid4()
-        for delay in (*self.retry_delays, None):
+        for delay in (*self.faults.delays, None):
             attempt = _Attempt()
             try:
                 return await self._commit_once(request, source, prepared, document_id, attempt)
@@ -323,7 +340,7 @@ class Ingestor:
             with anyio.CancelScope(shield=True):
                 found: KnowledgeDocument | None = await retry_transient(
                     f"resolving the commit of {document_id}",
-                    functools.partial(self.committed, request, source, document_id, version), self.retry_delays)
+                    functools.partial(self.committed, request, source, document_id, version), self.faults.delays)
         except DatabaseUnavailable as exc:
             raise CommitUnknown.of(document_id, exc) from exc
         return found

@@ -61,7 +61,7 @@ from knowledge.models import (
 )
 from knowledge.service import KnowledgeService
 from knowledge.store.catalog import live_document_ids, version_chunk_ids
-from knowledge.store.db import connect_once, open_bridge
+from knowledge.store.db import Database, connect_once, open_bridge
 from knowledge.store.deletion import drop_tenant_documents
 from knowledge.store.retry import retry_transient
 from knowledge.store.server import terminate_half_of
@@ -226,8 +226,11 @@ class StressReport:
 class Driver:
     """The actors and what they know (see the module docstring)."""
 
-    def __init__(self, svc: KnowledgeService, options: StressOptions, corpus: Corpus) -> None:
+    def __init__(self, svc: KnowledgeService, audit: Database, options: StressOptions, corpus: Corpus) -> None:
         self.svc = svc
+        #: The auditor's own pool on the service's database: what it reads behind the service (the
+        #: access model's chunk ids, the audits) and the connection a termination fault comes from.
+        self.audit = audit
         self.options = options
         self.corpus = corpus
         self.random = random.Random(options.seed)
@@ -277,7 +280,7 @@ class Driver:
 
     async def chunk_ids(self, tenant: str, document_id: uuid.UUID, version: int) -> set[str]:
         with contextlib.suppress(Exception):
-            return await version_chunk_ids(self.svc.db, tenant_id=tenant, document_id=document_id, version=version)
+            return await version_chunk_ids(self.audit, tenant_id=tenant, document_id=document_id, version=version)
         return set()
 
     def source(self) -> tuple[bytes, str, str]:
@@ -311,7 +314,7 @@ class Driver:
             sensitivity = self.random.choice(list(Sensitivity))
             trust = TrustLevel.TOOL_OUTPUT if self.random.random() < 0.03 else TrustLevel.USER
             data, media_type, kind = self.source()
-            _, ref = await self.timed("put", lambda: self.svc.artifacts.put(
+            _, ref = await self.timed("put", lambda: self.svc.put_artifact(
                 tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER,
                 file_name=f"{kind}.bin"))
             if not isinstance(ref, ArtifactRef):
@@ -338,7 +341,7 @@ class Driver:
                 continue
             document_id, facts = self.random.choice(candidates)
             path = self.random.choice(self.corpus.markdown)
-            _, ref = await self.timed("put", lambda: self.svc.artifacts.put(
+            _, ref = await self.timed("put", lambda: self.svc.put_artifact(
                 facts.tenant_id, self.corpus.read(path), media_type="text/markdown", trust=TrustLevel.USER))
             if not isinstance(ref, ArtifactRef):
                 continue
@@ -416,16 +419,17 @@ class Driver:
     async def injector(self) -> None:
         low, high = self.options.fault_every
         last_restart = 0.0
-        kinds = ["terminate", "restart", "kill_parsers", *(["kill_embedder"] if self.svc.embedder else [])]
+        kinds = ["terminate", "restart", "kill_parsers",
+                 *(["kill_embedder"] if "semantic" in self.svc.retrieval().arms else [])]
         first = list(kinds)  # each kind at least once, then at random (terminations twice as often)
         while self.until_deadline():
             await anyio.sleep(self.random.uniform(low, high))
             choice = first.pop(0) if first else self.random.choice(("terminate", *kinds))
-            if choice == "restart" and (self.svc.embedded_server is None or self.clock() - last_restart < 8):
+            if choice == "restart" and (self.svc.settings.dsn is not None or self.clock() - last_restart < 8):
                 choice = "terminate"
             with contextlib.suppress(Exception):
                 if choice == "terminate":
-                    async with self.svc.db.dedicated() as conn:
+                    async with self.audit.dedicated() as conn:
                         await terminate_half_of(conn, application_name=self.svc.settings.application_name)
                 elif choice == "kill_parsers":
                     for child in psutil.Process().children(recursive=True):
@@ -433,11 +437,10 @@ class Driver:
                             if "knowledge.parsers.child" in " ".join(child.cmdline()):
                                 child.send_signal(signal.SIGKILL)
                 elif choice == "kill_embedder":
-                    assert self.svc.embedder is not None
-                    if self.svc.embedder.pid is not None:
-                        os.killpg(self.svc.embedder.pid, signal.SIGKILL)
+                    semantic = (await self.svc.health()).semantic
+                    if semantic is not None and semantic.child_pid is not None:
+                        os.killpg(semantic.child_pid, signal.SIGKILL)
                 else:
-                    assert self.svc.embedded_server is not None
                     data_dir = self.svc.settings.data_dir
                     await anyio.to_thread.run_sync(restart_embedded, data_dir)
                     last_restart = self.clock()
@@ -460,7 +463,7 @@ class Driver:
         self.audit_problems += [f"leak: {leak.why} ({leak.chunk_id} to {leak.principal_id})" for leak in leaks]
         with contextlib.suppress(KnowledgeError):  # the database may be mid-restart: audit next time
             storage = await retry_transient("periodic audit", functools.partial(
-                audit_storage, self.svc.db, None, self.tenants))
+                audit_storage, self.audit, None, self.tenants))
             self.audit_problems += storage.partial + storage.orphans + storage.statistics
 
     async def run(self) -> None:
@@ -492,14 +495,23 @@ class Driver:
     async def drain_embeddings(self, seconds: float = 900.0) -> list[str]:
         """With the semantic arm on, wait until the embedding queue is empty (the load has stopped);
         what is still queued after ``seconds`` is a problem of its own."""
-        if self.svc.drain is None:
+        if "semantic" not in self.svc.retrieval().arms:
             return []
         with anyio.move_on_after(seconds):
             while (backlog := await self.svc.embedding_backlog()).chunk_sets:
-                await self.svc.drain.progressed(at_most=1.0)
+                for tenant in self.tenants:  # each as long as the drain makes progress
+                    await self.svc.wait_embedded(tenant_id=tenant)
             return []
         return [f"the embedding queue did not drain in {seconds:.0f} s after the load: {backlog.chunks} chunks "
                 f"of {backlog.chunk_sets} chunk sets left ({backlog.stuck_sets} stuck)"]
+
+
+@contextlib.asynccontextmanager
+async def _auditor(svc: KnowledgeService, application_name: str) -> AsyncIterator[Database]:
+    """A pool of the auditor's own on the database ``svc`` uses (closed before the service)."""
+    async with open_bridge() as bridge, Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=2,
+                                                      application_name=application_name) as db:
+        yield db
 
 
 def _settings(options: StressOptions, data_dir: Path, application_name: str) -> Settings:
@@ -545,24 +557,26 @@ async def run_stress(options: StressOptions) -> StressReport:
     tasks_before = running_tasks()
     async with _data_dir(options) as data_dir:
         began = time.monotonic()
-        async with KnowledgeService.open(_settings(options, data_dir, application_name)) as svc:
-            driver = Driver(svc, options, corpus)
+        async with KnowledgeService.open(_settings(options, data_dir, application_name)) as svc, \
+                _auditor(svc, f"{application_name}-audit") as audit:
+            driver = Driver(svc, audit, options, corpus)
             await driver.run()
             seconds = time.monotonic() - began
             await driver.drain()
             drain_began = time.monotonic()
             undrained = await driver.drain_embeddings()
-            embedding = None if svc.drain is None else (
-                f"semantic arm: {svc.drain.embedded_chunks} chunks embedded by the drain; the queue "
+            retrieval = svc.retrieval()
+            embedding = None if "semantic" not in retrieval.arms else (
+                f"semantic arm: {retrieval.embedded_chunks} chunks embedded by the drain; the queue "
                 f"{'drained' if not undrained else 'did NOT drain'} {time.monotonic() - drain_began:.1f} s after "
-                f"the load; searches without the arm: {svc.searcher.without['semantic']}")
+                f"the load; searches without the arm: {retrieval.searches_without_arm.get('semantic', 0)}")
             leaks = driver.audit_problems + undrained + [
                 f"leak: {leak.why} ({leak.chunk_id}, document {leak.document_id}, to {leak.principal_id})"
                 for leak in driver.model.leaks()]
-            storage = await audit_storage(svc.db, driver.model, driver.tenants, semantic_version=svc.semantic_version,
+            storage = await audit_storage(audit, driver.model, driver.tenants, semantic_version=svc.semantic_version,
                                           drained=not undrained)
-            attachments = await audit_attachments(svc.db, driver.marked)
-            dsn = svc.db.dsn
+            attachments = await audit_attachments(audit, driver.marked)
+            dsn = svc.dsn
         rss_end = psutil.Process().memory_info().rss
         processes = leftover_processes()
         tasks = leftover_tasks(tasks_before)
@@ -627,8 +641,8 @@ async def victim(data_dir: Path, dsn: str | None, seed: int, corpus_dir: Path) -
         async def ingest_forever() -> None:
             while True:
                 path = rng.choice(corpus.markdown)
-                ref = await svc.artifacts.put("victim", corpus.read(path), media_type="text/markdown",
-                                              trust=TrustLevel.USER)
+                ref = await svc.put_artifact("victim", corpus.read(path), media_type="text/markdown",
+                                             trust=TrustLevel.USER)
                 try:
                     doc = await svc.ingest(ref, path.stem, "tenant", alice, origin_trust=TrustLevel.USER)
                 except KnowledgeError as exc:  # a refusal (a file holding a secret): the next one
@@ -682,11 +696,11 @@ async def kill_host(rounds: int, data_dir: Path | None, dsn: str | None, corpus:
                 with anyio.CancelScope(shield=True):
                     await _end_host(process, signum, report)
         settings = Settings(dsn=dsn, data_dir=folder, sweep_interval_seconds=None)
-        async with KnowledgeService.open(settings) as svc:
-            present = await live_document_ids(svc.db, tenant_id="victim")
-            storage = await audit_storage(svc.db, None, ["victim"])
+        async with KnowledgeService.open(settings) as svc, _auditor(svc, "knowledge-victim-audit") as audit:
+            present = await live_document_ids(audit, tenant_id="victim")
+            storage = await audit_storage(audit, None, ["victim"])
             if dsn is not None:
-                await drop_tenant_documents(svc.db, tenant_id="victim")
+                await drop_tenant_documents(audit, tenant_id="victim")
         report.lost = [f"acknowledged document {d} is gone" for d in sorted(acknowledged - present, key=str)]
         report.acknowledged, report.live_documents = len(acknowledged), storage.live_documents
         report.storage = storage.partial + storage.orphans + storage.statistics

@@ -43,7 +43,7 @@ async def work(svc: KnowledgeService, tenant: str) -> None:
         for i in range(3):
             body = " ".join(f"Step {k} of runbook {n}.{i}: the pelican checks the harbour, then rolls back."
                             for k in range(30))
-            refs.append(await svc.artifacts.put(
+            refs.append(await svc.put_artifact(
                 tenant, f"# Runbook {n}.{i}\n\n## Rollback\n\n{body}\n".encode(), media_type="text/markdown",
                 origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=f"{n}-{i}.md",
                 expires_at=datetime.now(UTC) + timedelta(hours=1)))  # an upload expires; its document stays
