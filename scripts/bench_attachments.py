@@ -73,7 +73,7 @@ async def direct(svc: KnowledgeService, corpus: str, paths: list[Path], concurre
     tenant = f"bench-direct-{uuid.uuid4().hex[:8]}"
     principal = Principal(tenant_id=tenant, principal_id="owner", scopes=frozenset({"knowledge.write"}))
     refs: list[ArtifactRef] = [
-        await svc.artifacts.put(tenant, p.read_bytes(), media_type=MEDIA[p.suffix], origin=ArtifactOrigin.UPLOAD,
+        await svc.put_artifact(tenant, p.read_bytes(), media_type=MEDIA[p.suffix], origin=ArtifactOrigin.UPLOAD,
                                 file_name=p.name) for p in paths]
     queue = list(refs)
     ingested = refused = 0
@@ -102,7 +102,7 @@ async def bulk(svc: KnowledgeService, corpus: str, paths: list[Path]) -> Row:
     tenant = f"bench-bulk-{uuid.uuid4().hex[:8]}"
     principal = Principal(tenant_id=tenant, principal_id="owner", scopes=frozenset({"knowledge.write"}))
     refs: list[ArtifactRef] = [
-        await svc.artifacts.put(tenant, p.read_bytes(), media_type=MEDIA[p.suffix], origin=ArtifactOrigin.UPLOAD,
+        await svc.put_artifact(tenant, p.read_bytes(), media_type=MEDIA[p.suffix], origin=ArtifactOrigin.UPLOAD,
                                 file_name=p.name) for p in paths]
     requests = [IngestRequest(source=ref, title=ref.file_name or "attachment", visibility=Visibility.PRINCIPAL,
                               principal=principal, origin_trust=TrustLevel.USER,

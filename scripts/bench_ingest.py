@@ -57,7 +57,7 @@ def files() -> list[Path]:
 async def put_all(svc: KnowledgeService, tenant: str, paths: list[Path]) -> list[tuple[ArtifactRef, str]]:
     out = []
     for path in paths:
-        ref = await svc.artifacts.put(tenant, path.read_bytes(), media_type="text/markdown",
+        ref = await svc.put_artifact(tenant, path.read_bytes(), media_type="text/markdown",
                                       origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER, file_name=path.name)
         out.append((ref, path.stem))
     return out

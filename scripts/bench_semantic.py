@@ -54,7 +54,7 @@ LIMIT = 50
 
 async def ingest_folder(svc: KnowledgeService, tenant: str, paths: Sequence[Path]) -> tuple[float, int]:
     principal = Principal(tenant_id=tenant, principal_id="bench", scopes=frozenset({"knowledge.write"}))
-    refs = [await svc.artifacts.put(tenant, p.read_bytes(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+    refs = [await svc.put_artifact(tenant, p.read_bytes(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                     trust=TrustLevel.USER, file_name=p.name) for p in paths]
     queue = list(zip(refs, paths, strict=True))
 

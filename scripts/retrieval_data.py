@@ -205,7 +205,7 @@ async def ingest_sources(svc: Any, tenant: str, sources: Sequence[Source], concu
     async def worker() -> None:
         while pending:
             src = pending.pop()
-            ref = await svc.artifacts.put(tenant, src.data, media_type=src.media_type, origin=ArtifactOrigin.UPLOAD,
+            ref = await svc.put_artifact(tenant, src.data, media_type=src.media_type, origin=ArtifactOrigin.UPLOAD,
                                           trust=TrustLevel.USER, file_name=src.key.rsplit("/", 1)[-1][:255])
             try:
                 doc = await svc.ingest(ref, src.title, "tenant", principal, origin_trust=TrustLevel.USER)

@@ -48,6 +48,7 @@ from knowledge.service import KnowledgeService
 from knowledge.store.db import Database, dsn_with_database, ensure_database, open_bridge
 from knowledge.store.migrate import migrate
 from knowledge.supervisors.embedded_pg import start_embedded, stop_embedded
+from tests.helpers.kit import Kit
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -168,6 +169,12 @@ async def sql(database_dsn: str) -> AsyncIterator[Database]:
     """`open_sql` on the session's database (where the ``service`` fixture's service runs)."""
     async with open_sql(database_dsn) as db:
         yield db
+
+
+@pytest.fixture
+def kit(sql: Database) -> Kit:
+    """The service's parts over the test's own pool (`tests.helpers.kit.Kit`), for tests of one part."""
+    return Kit(sql)
 
 
 @pytest.fixture

@@ -67,7 +67,7 @@ class Round:
     async def ready(cls, svc: KnowledgeService, tenant: str, op: str) -> Round:
         r = cls(svc, tenant, op)
         for n in range({"ingest": 1, "ingest_many": 3}.get(op, 0)):
-            ref = await svc.artifacts.put(tenant, text(n), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+            ref = await svc.put_artifact(tenant, text(n), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                           trust=TrustLevel.USER, file_name=f"{n}.md")
             r.requests.append(IngestRequest(source=ref, title=f"{n}.md", visibility=Visibility.TENANT,
                                             principal=owner(tenant), origin_trust=TrustLevel.USER))
@@ -247,12 +247,12 @@ def test_asyncio_task_cancelled_at_the_commit_raises_and_says_what_took_effect(d
                 if moment == "before_commit":
                     await anyio.sleep_forever()  # the ingest is cancelled here, by the caller
 
-        svc.ingestor.fault_hook = hook
+        svc.faults.ingest_step = hook
         try:
             async with asyncio.TaskGroup() as tg:
                 holder.append(tg.create_task(r.call()))
         finally:
-            svc.ingestor.fault_hook = None
+            svc.faults.ingest_step = None
         task = holder[0]
         assert task.cancelled()
         with pytest.raises(asyncio.CancelledError) as raised:

@@ -31,7 +31,7 @@ HOST = textwrap.dedent('''
         tenant = "host-loop-" + uuid.uuid4().hex[:8]
         writer = Principal(tenant_id=tenant, principal_id="p", scopes=frozenset({"knowledge.write"}))
         async with knowledge.service.KnowledgeService.open(settings) as svc:
-            ref = await svc.artifacts.put(tenant, b"# Pelicans\\n\\nPelicans glide over the harbour.\\n",
+            ref = await svc.put_artifact(tenant, b"# Pelicans\\n\\nPelicans glide over the harbour.\\n",
                                           media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                           trust=TrustLevel.USER, file_name="p.md")
             await svc.ingest(ref, "p.md", "tenant", writer, origin_trust=TrustLevel.USER)

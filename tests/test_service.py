@@ -97,14 +97,14 @@ async def test_sweeper_runs_in_the_service_task_group(settings: Settings, tenant
 
     settings = settings.model_copy(update={"sweep_interval_seconds": 0.05})
     async with KnowledgeService.open(settings) as svc:
-        ref = await svc.artifacts.put(tenant, b"bye", media_type="text/plain")
+        ref = await svc.put_artifact(tenant, b"bye", media_type="text/plain")
         await svc.artifacts.set_expiry(tenant, ref.artifact_id, datetime.now(UTC))
         with anyio.fail_after(10):
             while await svc.db.fetchval(  # noqa: ASYNC110 - polling the database, not an event
                     "SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant):
                 await anyio.sleep(0.05)
         with pytest.raises(ArtifactNotFound):
-            await svc.artifacts.get_ref(tenant, ref.artifact_id)
+            await svc.artifact_ref(tenant, ref.artifact_id)
 
 
 @pytest.mark.anyio

@@ -161,7 +161,7 @@ async def test_the_agent_cannot_choose_its_documents_authority(
     """Authority is a ranking input: it comes from how the bytes reached the store, never from the
     tool's arguments — an ``authority`` argument is refused before any work, and a ref whose copy
     claims another origin than the stored one gets the stored one's."""
-    ref = await service.artifacts.put(tenant, DOC.encode(), media_type="text/markdown", origin=stored_origin,
+    ref = await service.put_artifact(tenant, DOC.encode(), media_type="text/markdown", origin=stored_origin,
                                       trust=TrustLevel.USER, file_name="doc.md")
     forged = json.loads(ref.model_copy(update={"origin": ArtifactOrigin.UPLOAD}).model_dump_json())
     args = {"source": forged, "title": "Guide", "visibility": "tenant"}

@@ -43,7 +43,7 @@ async def _ingest(dsn: str, tenant: str, text: str, document_ids: Sequence[uuid.
     ids: list[str] = []
     async with KnowledgeService.open(_settings(dsn)) as svc:
         for n, document_id in enumerate(document_ids):
-            ref = await svc.artifacts.put(tenant, text.encode(), media_type="text/markdown", file_name=f"n{n}.md")
+            ref = await svc.put_artifact(tenant, text.encode(), media_type="text/markdown", file_name=f"n{n}.md")
             doc = await svc.ingest(ref, f"n{n}.md", "tenant", principal, origin_trust=TrustLevel.USER,
                                    document_id=document_id)
             detail = await svc.catalog.document(tenant, doc.document_id)

@@ -80,7 +80,7 @@ def staged(monkeypatch: pytest.MonkeyPatch, how: str, *, hold_settle: bool) -> N
     @contextlib.asynccontextmanager
     async def opening(*args: Any, **kwargs: Any) -> AsyncIterator[KnowledgeService]:
         async with real_open(*args, **kwargs) as svc:
-            svc.ingestor.fault_hook = Stop(how)
+            svc.faults.ingest_step = Stop(how)
             yield svc
 
     monkeypatch.setattr(KnowledgeService, "open", opening)

@@ -83,7 +83,7 @@ async def chunks_of(svc: KnowledgeService, tenant: str, document_id: uuid.UUID) 
 
 
 async def ingest(svc: KnowledgeService, tenant: str, media_type: str, data: bytes) -> uuid.UUID:
-    ref = await svc.artifacts.put(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
+    ref = await svc.put_artifact(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
                                   trust=TrustLevel.USER)
     doc = await svc.ingest(ref, "Operations guide", "tenant", owner(tenant), origin_trust=TrustLevel.USER)
     return doc.document_id

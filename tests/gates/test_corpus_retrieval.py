@@ -68,7 +68,7 @@ async def test_gate_corpus_retrieval(default_service: KnowledgeService) -> None:
         return [(path, path.read_bytes()) for path in sorted(corpus.glob("docs-*/**/*.md"))]
 
     for path, data in await anyio.to_thread.run_sync(read_corpus):
-        ref = await service.artifacts.put(tenant, data, media_type="text/markdown")
+        ref = await service.put_artifact(tenant, data, media_type="text/markdown")
         with contextlib.suppress(IngestRefused):  # the one file holding a live-format credential
             await service.ingest(ref, str(path.relative_to(corpus)), "tenant", writer(tenant, "ops"),
                                  origin_trust=TrustLevel.USER)

@@ -44,7 +44,7 @@ async def test_gate_deletion_cascades(service: KnowledgeService, tenant: str) ->
     assert await service.db.fetchval(
         "SELECT sum(chunks) FROM knowledge_tenant_stats WHERE tenant_id = $1", tenant) == recount == stats_before - 2
     # The sources expire at once and the sweeper deletes their bytes.
-    assert await service.artifacts.sweep() >= len(sources)
+    assert await service.sweep_artifacts() >= len(sources)
     assert await service.db.fetchval(
         "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = ANY($2::uuid[])", tenant, sources) == 0
     # A trace's citation resolves to "deleted", never dangles.

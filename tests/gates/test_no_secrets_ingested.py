@@ -116,7 +116,7 @@ async def _refused_where_it_is(svc: KnowledgeService, case: tuple[str, str, byte
     for piece in re.findall(r"[A-Za-z0-9+/=_\-.]{12,}", secret_line):  # no run of the credential line echoed
         assert piece not in str(err) and piece not in repr(err), piece
     assert await footprint(svc, tenant) == before
-    assert await svc.artifacts.read(ref) == data
+    assert await svc.read_artifact(ref) == data
     seen[media_type] += 1
     seen["past the first chunk" if min(holders) > 0 else "in the first chunk"] += 1
 
@@ -155,7 +155,7 @@ async def test_every_dev_secret_record_is_refused_and_every_clean_one_ingested(
             assert err.chunk_ordinal is not None and err.heading_path and err.heading_path[0] == "Setup"
             assert str(err).find(record["text"].strip().splitlines()[-1][-12:]) == -1  # never the secret
             assert await footprint(service, tenant) == before, record["id"]  # inputs untouched too
-            assert await service.artifacts.read(ref) == text.encode()
+            assert await service.read_artifact(ref) == text.encode()
         else:
             await service.ingest(ref, "Setup", "principal", writer(tenant), origin_trust=TrustLevel.USER)
     stats = await service.ingest_stats(tenant)

@@ -34,7 +34,7 @@ async def ingest_source(svc: KnowledgeService, tenant: str, source: Source) -> u
     if source.media_type == "text/markdown":
         return await ingest_text(svc, tenant, "alice", source.data.decode(), title=source.title,
                                  doc_date=source.doc_date)
-    ref = await svc.artifacts.put(tenant, source.data, media_type=source.media_type, origin=ArtifactOrigin.UPLOAD,
+    ref = await svc.put_artifact(tenant, source.data, media_type=source.media_type, origin=ArtifactOrigin.UPLOAD,
                                   trust=TrustLevel.USER)
     doc = await svc.ingest(ref, source.title, "tenant", writer(tenant, "alice"), origin_trust=TrustLevel.USER,
                            doc_date=source.doc_date)

@@ -16,6 +16,7 @@ from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import ArtifactRef, Principal
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection, Database
+from tests.helpers.kit import Kit
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 PDFS = CORPUS / "pdf"
@@ -41,9 +42,10 @@ async def upload(svc: KnowledgeService, tenant: str, data: bytes, name: str,
     return await svc.upload_attachment(tenant, data, media_type=media_type, file_name=name)
 
 
-def worker(svc: KnowledgeService, tenant: str, worker_id: str | None = None, **options: Any) -> AttachmentWorker:
-    """An attachment worker over the service's database and ingest, dedicated to ``tenant``."""
-    return AttachmentWorker(AttachmentQueue(svc.db), svc.ingestor,
+def worker(kit: Kit, tenant: str, worker_id: str | None = None, **options: Any) -> AttachmentWorker:
+    """An attachment worker over a kit's database and ingest (`tests.helpers.kit`: the service's parts
+    are private), dedicated to ``tenant``; the kit's `Faults` are its ingest's."""
+    return AttachmentWorker(AttachmentQueue(kit.db), kit.ingestor,
                             WorkerOptions(**{**FAST, "tenant_id": tenant, **options}),
                             worker_id=worker_id or f"test-{uuid.uuid4().hex[:6]}")
 

@@ -54,7 +54,7 @@ async def test_marking_rules(service: KnowledgeService, tenant: str) -> None:
     txt = await upload(service, tenant, b"Plain notes about the upgrade window and its rollback.", "notes.txt",
                        "text/plain; charset=utf-8")
     png = await upload(service, tenant, b"\x89PNG\r\n\x1a\n not really", "photo.png", "image/png")
-    tool_output = await service.artifacts.put(tenant, markdown("Generated"), media_type="text/markdown",
+    tool_output = await service.put_artifact(tenant, markdown("Generated"), media_type="text/markdown",
                                               origin=ArtifactOrigin.TOOL_OUTPUT)
     by_surface = await upload(service, tenant, markdown("From a surface"), "surface.md")
     by_schedule = await upload(service, tenant, markdown("From a schedule"), "schedule.md")
@@ -176,7 +176,7 @@ async def test_the_same_file_sent_twice_at_once_is_one_document(service: Knowled
     data = markdown("Failover")
     refs = [await upload(service, tenant, data, f"failover-{i}.md") for i in range(2)]
     gate = Gate("before_commit", hold=1)
-    service.ingestor.fault_hook = gate
+    service.faults.ingest_step = gate
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
     workers = [worker(service, tenant, batch=1), worker(service, tenant, batch=1)]
 
@@ -216,14 +216,14 @@ async def test_a_secret_bearing_attachment_is_refused_and_never_retried(service:
                                                    "sources": 0, "ingested_events": 0}
     assert await worker(service, tenant).drain() == 0  # never retried
     assert (await status(service, tenant, ref)).attempts == 1
-    assert (await service.artifacts.get_ref(tenant, ref.artifact_id)).sha256 == ref.sha256  # untouched
+    assert (await service.artifact_ref(tenant, ref.artifact_id)).sha256 == ref.sha256  # untouched
 
 
 async def test_a_transient_failure_twice_then_cleared_ends_ingested(service: KnowledgeService,
                                                                     tenant: str) -> None:
     ref = await upload(service, tenant, markdown("Backup"), "backup.md")
-    service.ingestor.fault_hook = Gate("before_commit", fail=2, error=lambda: DatabaseUnavailable(message="down"))
-    service.ingestor.retry_delays = ()  # an outage longer than the service's own retries
+    service.faults.ingest_step = Gate("before_commit", fail=2, error=lambda: DatabaseUnavailable(message="down"))
+    service.faults.retry_delays = ()  # an outage longer than the service's own retries
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     w = worker(service, tenant)
     assert await w.drain() == 3
@@ -238,15 +238,15 @@ async def test_a_transient_failure_twice_then_cleared_ends_ingested(service: Kno
 async def test_a_transient_failure_four_times_ends_failed_after_three_retries(service: KnowledgeService,
                                                                              tenant: str) -> None:
     ref = await upload(service, tenant, markdown("Restore"), "restore.md")
-    service.ingestor.fault_hook = Gate("before_commit", fail=4, error=lambda: DatabaseUnavailable(message="down"))
-    service.ingestor.retry_delays = ()  # an outage longer than the service's own retries
+    service.faults.ingest_step = Gate("before_commit", fail=4, error=lambda: DatabaseUnavailable(message="down"))
+    service.faults.retry_delays = ()  # an outage longer than the service's own retries
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     assert await worker(service, tenant).drain() == 4
     failed = await status(service, tenant, ref)
     assert (failed.state, failed.attempts, failed.reason) == (AttachmentState.FAILED, 4, "database_unavailable")
     assert [h["outcome"] for h in failed.history] == ["retry", "retry", "retry", "failed"]
     assert (await footprint(service.db, tenant))["documents"] == 0
-    service.ingestor.fault_hook = None
+    service.faults.ingest_step = None
     assert await worker(service, tenant).drain() == 0  # failed is final
 
 
@@ -306,13 +306,13 @@ async def test_deleting_the_conversation_deletes_its_documents(service: Knowledg
     assert isinstance(await service.operator_get_chunk(chunk_ids[0], tenant_id=tenant), DeletedChunk)
     assert not await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="owner", text="rotate keys"))
 
-    await service.artifacts.sweep()
+    await service.sweep_artifacts()
     for ref in (only_here, shared_here):
         assert await service.attachment(tenant, ref.artifact_id) is None  # bytes and row swept
     assert await service.attachment(tenant, shared_there.artifact_id) is not None
 
     await service.delete_conversation(tenant, "c2")
-    await service.artifacts.sweep()
+    await service.sweep_artifacts()
     assert await footprint(service.db, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
                                                    "sources": 0, "ingested_events": 2}
     assert not await service.db.fetchval("SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant)
@@ -323,7 +323,7 @@ async def test_a_conversation_deleted_mid_ingest_leaves_no_document(service: Kno
     withdrawn and deletes the document it made."""
     ref = await upload(service, tenant, markdown("Capacity"), "capacity.md")
     gate = Gate("before_commit", hold=1)
-    service.ingestor.fault_hook = gate
+    service.faults.ingest_step = gate
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
     w = worker(service, tenant)
     async with anyio.create_task_group() as tg:

@@ -16,8 +16,8 @@ from knowledge.core.prepare import prepare
 from knowledge.errors import IngestRefused, ServiceClosed
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
-from knowledge.store.db import Connection
-from tests.conftest import corpus_missing
+from knowledge.store.db import Connection, Database
+from tests.conftest import corpus_missing, open_sql
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 SECRETS = CORPUS / "secrets" / "dev.jsonl.gz"
@@ -41,13 +41,19 @@ def writer(tenant: str, principal_id: str = "alice") -> Principal:
 async def put(svc: KnowledgeService, tenant: str, text: str | bytes, media_type: str = "text/markdown",
               file_name: str = "doc.md") -> ArtifactRef:
     data = text.encode() if isinstance(text, str) else text
-    return await svc.artifacts.put(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
+    return await svc.put_artifact(tenant, data, media_type=media_type, origin=ArtifactOrigin.UPLOAD,
                                    trust=TrustLevel.USER, file_name=file_name)
 
 
 async def footprint(svc: KnowledgeService, tenant: str) -> dict[str, Any]:
-    """Everything an ingest could have written for ``tenant`` (outcome counters aside)."""
-    row = await svc.db.fetchrow(
+    """Everything an ingest could have written for ``tenant`` (outcome counters aside), read through
+    a pool of the test's own on the service's database."""
+    async with open_sql(svc.dsn) as db:
+        return await _footprint(db, tenant)
+
+
+async def _footprint(db: Database, tenant: str) -> dict[str, Any]:
+    row = await db.fetchrow(
         """SELECT (SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1) AS documents,
                   (SELECT count(*) FROM knowledge_chunk_sets WHERE tenant_id = $1) AS chunk_sets,
                   (SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1) AS chunks,
@@ -76,7 +82,7 @@ async def test_ingest_commits_document_chunks_index_event_and_source(service: Kn
     assert doc.version == 1 and doc.chunker_version == CHUNKER_VERSION and doc.visibility is Visibility.TENANT
     assert doc.source_ref.origin is ArtifactOrigin.KNOWLEDGE_SOURCE and doc.source_ref.expires_at is None
     assert doc.source_ref.artifact_id != ref.artifact_id and doc.source_ref.sha256 == ref.sha256
-    assert await service.artifacts.read(doc.source_ref) == DOC.encode()  # the retained source
+    assert await service.read_artifact(doc.source_ref) == DOC.encode()  # the retained source
 
     rows = await service.db.fetch(
         "SELECT * FROM knowledge_chunks WHERE tenant_id = $1 ORDER BY ordinal", tenant)
@@ -169,7 +175,7 @@ async def test_failure_between_steps_leaves_nothing(service: KnowledgeService, t
             await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
         await anyio.sleep_forever()
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     ref = await put(service, tenant, DOC)
     if fault == "cancel":
         with anyio.move_on_after(0.5) as scope:
@@ -178,7 +184,7 @@ async def test_failure_between_steps_leaves_nothing(service: KnowledgeService, t
     else:
         with pytest.raises(Exception):  # noqa: B017 - the injected failure, whatever its type
             await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
-    service.ingestor.fault_hook = None
+    service.faults.ingest_step = None
     assert nothing_but_inputs(await footprint(service, tenant))
     # The service is still healthy and the next ingest of the same source succeeds.
     await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
@@ -204,12 +210,12 @@ async def test_a_cancelled_ingest_raises_only_if_it_never_committed(service: Kno
             if moment == "before_commit":
                 await anyio.sleep_forever()  # the caller's cancellation reaches us here
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     ref = await put(service, tenant, DOC)
     got = None
     with caller:
         got = await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
-    service.ingestor.fault_hook = None
+    service.faults.ingest_step = None
     found = await footprint(service, tenant)
     assert caller.cancel_called
     if moment == "before_commit":
@@ -238,7 +244,7 @@ async def test_closing_the_service_cancels_an_in_flight_ingest(settings: Any, te
             outcome.append(exc)
 
     async with anyio.create_task_group() as host, KnowledgeService.open(settings) as svc:
-        svc.ingestor.fault_hook = hook
+        svc.faults.ingest_step = hook
         ref = await put(svc, tenant, DOC)
         host.start_soon(caller, svc, ref)
         await anyio.sleep(0.3)

@@ -163,7 +163,7 @@ async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: K
     each of its documents is `CommitUnknown` — never reported as not written — and is in, whole."""
     monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 3)
     monkeypatch.setattr(ingest_bulk, "WRITERS", 1)  # groups in order: the first is the one that loses its answer
-    service.ingestor.retry_delays = (0.01, 0.02)
+    service.faults.retry_delays = (0.01, 0.02)
     singles = single_writes(monkeypatch)
     if after == "cannot_ask":
         async def unreachable(*args: Any) -> Any:
@@ -182,7 +182,7 @@ async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: K
             backend.append(0)
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     refs = [await put(service, tenant, text(n)) for n in range(6)]
     requests = [request(r, tenant, f"doc {i}", document_id=uuid.uuid4()) for i, r in enumerate(refs)]
     outcomes = await service.ingest_many(requests)

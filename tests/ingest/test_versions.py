@@ -21,7 +21,7 @@ def owner(tenant: str, name: str = "alice") -> Principal:
 
 async def ingest(svc: KnowledgeService, tenant: str, text: str, *, replaces: uuid.UUID | None = None,
                  who: str = "alice") -> uuid.UUID:
-    ref = await svc.artifacts.put(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+    ref = await svc.put_artifact(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                   trust=TrustLevel.USER)
     doc = await svc.ingest(ref, "Runbook", "tenant", owner(tenant, who), origin_trust=TrustLevel.USER,
                            replaces=replaces)

@@ -146,7 +146,7 @@ async def test_a_batch_whose_leases_are_all_lost_stops_and_leaves_nothing(servic
     refs = [await upload(service, tenant, markdown(f"Drill {i}"), f"drill-{i}.md") for i in range(4)]
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
     gate = Gate("before_commit", hold=1)
-    service.ingestor.fault_hook = gate
+    service.faults.ingest_step = gate
     w = worker(service, tenant, lease_seconds=0.3)
     with anyio.fail_after(60):  # a hang detector: the gate holds the batch until something cancels it
         async with anyio.create_task_group() as tg:
@@ -168,7 +168,7 @@ async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: Kn
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in kept], conversation_id="c1")
     await service.mark_attachments(owner(tenant), [lost.artifact_id], conversation_id="c2")
     gate = Gate("before_commit", hold=1)
-    service.ingestor.fault_hook = gate
+    service.faults.ingest_step = gate
     w = worker(service, tenant, lease_seconds=0.3)
 
     async def renewed_since(moment: datetime) -> bool:
@@ -347,7 +347,7 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, setti
 async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings: Settings, tenant: str) -> None:
     async with KnowledgeService.open(with_workers(settings, tenant, sweep_interval_seconds=0.05)) as svc:
         ref = await upload(svc, tenant, markdown("Onboarding"), "onboarding.md")
-        expired = await svc.artifacts.put(tenant, b"old", media_type="text/plain",
+        expired = await svc.put_artifact(tenant, b"old", media_type="text/plain",
                                           expires_at=datetime.now(UTC) - timedelta(seconds=1))
         await svc.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
 
@@ -417,7 +417,7 @@ async def test_closing_the_service_mid_job_releases_the_attachment(settings: Set
     gate = Gate("before_commit", hold=1)
     with anyio.fail_after(30):  # hang detector: closing mid-job is prompt
         async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
-            svc.ingestor.fault_hook = gate
+            svc.faults.ingest_step = gate
             ref = await upload(svc, tenant, markdown("Maintenance window"), "window.md")
             await svc.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
             await gate.reached.wait()

@@ -22,7 +22,7 @@ def writer(tenant: str, principal_id: str) -> Principal:
 async def ingest_text(svc: KnowledgeService, tenant: str, principal_id: str, text: str, *, title: str = "Doc",
                       visibility: str = "tenant", project: str | None = None, sensitivity: str = "internal",
                       doc_date: date | None = None, authority: str = "principal_supplied") -> uuid.UUID:
-    ref = await svc.artifacts.put(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+    ref = await svc.put_artifact(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                   trust=TrustLevel.USER)
     doc = await svc.ingest(ref, title, visibility, writer(tenant, principal_id), origin_trust=TrustLevel.USER,
                            project_scope=project, sensitivity=sensitivity, doc_date=doc_date, authority=authority)

@@ -185,7 +185,7 @@ async def test_a_trace_is_its_principals_and_shows_them_only_what_a_search_would
     operator's view shows all three."""
     private = await ingest_text(service, tenant, ROLLBACK, title="Alice's rollback notes", visibility="principal")
     shared = await ingest_text(service, tenant, FAILOVER, title="Failover runbook")
-    ref = await service.artifacts.put(tenant, FAILOVER.replace("## Failover", "## Apollo failover").encode(),
+    ref = await service.put_artifact(tenant, FAILOVER.replace("## Failover", "## Apollo failover").encode(),
                                       media_type="text/markdown", origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.USER)
     apollo = (await service.ingest(ref, "Apollo runbook", "project", owner(tenant), origin_trust=TrustLevel.USER,
                                    project_scope="apollo")).document_id

@@ -43,7 +43,7 @@ def owner(tenant: str, name: str = "alice") -> Principal:
 
 async def ingest_text(svc: KnowledgeService, tenant: str, text: str, *, title: str = "Runbook",
                       sensitivity: str = "internal", visibility: str = "tenant") -> uuid.UUID:
-    ref = await svc.artifacts.put(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
+    ref = await svc.put_artifact(tenant, text.encode(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                   trust=TrustLevel.USER)
     doc = await svc.ingest(ref, title, visibility, owner(tenant), origin_trust=TrustLevel.USER,
                            sensitivity=sensitivity)

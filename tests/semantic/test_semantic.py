@@ -119,9 +119,9 @@ async def test_gate_queued_with_its_chunks_and_vectors_never_outlive_them(semant
             in_tx["vectors"] = await conn.fetchval(
                 "SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", tenant)
 
-    semantic.ingestor.fault_hook = look
+    semantic.faults.ingest_step = look
     doc = await ingest(semantic, tenant, BACKUPS, embedded=False)
-    semantic.ingestor.fault_hook = None
+    semantic.faults.ingest_step = None
     assert in_tx == {"queued": 1, "vectors": 0}  # queued inside the ingest's transaction, no vector yet
     lexical, sem = arms(semantic)
     assert {c.document_id for c in await lexical.search(semantic.db, q(tenant, "snapshot restore"), 50)} == {doc}
@@ -138,7 +138,7 @@ async def test_gate_queued_with_its_chunks_and_vectors_never_outlive_them(semant
         if at == "before_commit":
             raise RuntimeError("injected after the queue row was written")
 
-    semantic.ingestor.fault_hook = boom
+    semantic.faults.ingest_step = boom
     with pytest.raises(RuntimeError, match="injected"):
         await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
     caller = anyio.CancelScope()
@@ -148,10 +148,10 @@ async def test_gate_queued_with_its_chunks_and_vectors_never_outlive_them(semant
             caller.cancel()
             await anyio.sleep_forever()
 
-    semantic.ingestor.fault_hook = cancel
+    semantic.faults.ingest_step = cancel
     with caller:
         await semantic.ingest(ref, "ops.md", "tenant", writer(other), origin_trust=TrustLevel.USER)
-    semantic.ingestor.fault_hook = None
+    semantic.faults.ingest_step = None
     assert caller.cancelled_caught
     assert nothing_but_inputs(await footprint(semantic, other))
     assert await queued(semantic, other) == [] and await vectors_of(semantic, other) == 0

@@ -23,7 +23,7 @@ async def test_put_and_stream_back_large_artifact(service: KnowledgeService, ten
         for i in range(0, len(data), 65536):
             yield data[i:i + 65536]
 
-    ref = await service.artifacts.put(tenant, chunks(), media_type="application/octet-stream",
+    ref = await service.put_artifact(tenant, chunks(), media_type="application/octet-stream",
                                       origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.EXTERNAL_UNTRUSTED,
                                       file_name="blob.bin")
     assert ref.size_bytes == len(data) and ref.sha256 == hashlib.sha256(data).hexdigest()
@@ -31,20 +31,20 @@ async def test_put_and_stream_back_large_artifact(service: KnowledgeService, ten
     slices = [part async for part in service.artifacts.stream(ref)]
     assert len(slices) == 4
     assert b"".join(slices) == data
-    assert await service.artifacts.get_ref(tenant, ref.artifact_id) == ref
+    assert await service.artifact_ref(tenant, ref.artifact_id) == ref
 
 
 @pytest.mark.anyio
 async def test_empty_artifact_round_trips(service: KnowledgeService, tenant: str) -> None:
-    ref = await service.artifacts.put(tenant, b"", media_type="text/plain")
-    assert await service.artifacts.read(ref) == b""
+    ref = await service.put_artifact(tenant, b"", media_type="text/plain")
+    assert await service.read_artifact(ref) == b""
 
 
 @pytest.mark.anyio
 async def test_too_large_is_refused_and_writes_nothing(service: KnowledgeService, tenant: str) -> None:
     limit = service.artifacts.max_bytes
     with pytest.raises(ArtifactTooLarge) as info:
-        await service.artifacts.put(tenant, b"x" * (limit + 1), media_type="text/plain")
+        await service.put_artifact(tenant, b"x" * (limit + 1), media_type="text/plain")
     assert info.value.reason == "artifact_too_large"
 
     async def endless() -> AsyncIterator[bytes]:
@@ -53,42 +53,42 @@ async def test_too_large_is_refused_and_writes_nothing(service: KnowledgeService
 
     with pytest.raises(ArtifactTooLarge):
         async with contextlib.aclosing(endless()) as chunks:  # the caller closes what it made
-            await service.artifacts.put(tenant, chunks, media_type="text/plain")
+            await service.put_artifact(tenant, chunks, media_type="text/plain")
     assert await service.db.fetchval("SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant) == 0
 
 
 @pytest.mark.anyio
 async def test_artifacts_are_tenant_scoped(service: KnowledgeService, tenant: str) -> None:
-    ref = await service.artifacts.put(tenant, b"mine", media_type="text/plain")
+    ref = await service.put_artifact(tenant, b"mine", media_type="text/plain")
     with pytest.raises(ArtifactNotFound):
-        await service.artifacts.get_ref(tenant + "-other", ref.artifact_id)
+        await service.artifact_ref(tenant + "-other", ref.artifact_id)
     foreign = ref.model_copy(update={"tenant_id": tenant + "-other"})
     with pytest.raises(ArtifactNotFound):
-        await service.artifacts.read(foreign)
+        await service.read_artifact(foreign)
 
 
 @pytest.mark.anyio
 async def test_expiry_hides_then_sweeper_deletes_the_bytes(service: KnowledgeService, tenant: str) -> None:
-    keep = await service.artifacts.put(tenant, b"keep", media_type="text/plain")
-    later = await service.artifacts.put(tenant, b"later", media_type="text/plain",
+    keep = await service.put_artifact(tenant, b"keep", media_type="text/plain")
+    later = await service.put_artifact(tenant, b"later", media_type="text/plain",
                                         expires_at=datetime.now(UTC) + timedelta(days=30))
-    gone = await service.artifacts.put(tenant, b"gone", media_type="text/plain")
+    gone = await service.put_artifact(tenant, b"gone", media_type="text/plain")
     await service.artifacts.set_expiry(tenant, gone.artifact_id, datetime.now(UTC))
     with pytest.raises(ArtifactNotFound):  # expired: unreadable even before the sweep
-        await service.artifacts.read(gone)
-    assert await service.artifacts.sweep() >= 1
+        await service.read_artifact(gone)
+    assert await service.sweep_artifacts() >= 1
     assert await service.db.fetchval(
         "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2", tenant, gone.artifact_id) == 0
-    assert await service.artifacts.read(keep) == b"keep"
-    assert await service.artifacts.read(later) == b"later"
+    assert await service.read_artifact(keep) == b"keep"
+    assert await service.read_artifact(later) == b"later"
     with pytest.raises(ArtifactNotFound):
         await service.artifacts.set_expiry(tenant, gone.artifact_id, None)
 
 
 @pytest.mark.anyio
 async def test_corrupted_bytes_are_detected(service: KnowledgeService, tenant: str) -> None:
-    ref = await service.artifacts.put(tenant, b"original", media_type="text/plain")
+    ref = await service.put_artifact(tenant, b"original", media_type="text/plain")
     await service.db.execute("UPDATE artifacts SET content = 'tampered'::bytea WHERE tenant_id = $1", tenant)
     with pytest.raises(ArtifactError) as info:
-        await service.artifacts.read(ref)
+        await service.read_artifact(ref)
     assert info.value.reason == "artifact_corrupt"

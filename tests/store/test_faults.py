@@ -28,7 +28,7 @@ FAST = (0.01, 0.02, 0.05)
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch: pytest.MonkeyPatch, service: KnowledgeService) -> None:
     monkeypatch.setattr(retry, "RETRY_DELAYS", FAST)
-    service.ingestor.retry_delays = FAST
+    service.faults.retry_delays = FAST
 
 
 async def _terminate_pool(svc: KnowledgeService) -> int:
@@ -49,7 +49,7 @@ async def test_ingest_retries_a_dropped_connection_and_writes_one_document(servi
             drops += 1
             await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     ref = await put(service, tenant, DOC)
     doc = await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
     assert drops == 2
@@ -72,7 +72,7 @@ async def test_a_commit_whose_reply_was_lost_is_resolved_not_repeated(service: K
             lost += 1
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     ref = await put(service, tenant, DOC)
     doc = await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
     assert lost == 1
@@ -111,7 +111,7 @@ async def test_a_lost_commit_the_database_cannot_be_asked_about_is_commit_unknow
         asked += 1
         raise asyncpg.ConnectionDoesNotExistError("the server is gone")
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     monkeypatch.setattr(service.ingestor, "committed", unreachable)
     ref = await put(service, tenant, DOC)
     request = IngestRequest(source=ref, title="G", visibility=Visibility.TENANT, principal=writer(tenant),
@@ -136,7 +136,7 @@ async def test_ingest_that_keeps_failing_is_database_unavailable_and_leaves_noth
         if at == "before_write":
             await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     ref = await put(service, tenant, DOC)
     with pytest.raises(DatabaseUnavailable) as raised:
         await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)
@@ -198,13 +198,13 @@ async def test_a_delete_whose_commit_reply_was_lost_reports_the_deletion(service
 
 
 async def test_cancelling_during_backoff_leaves_nothing(service: KnowledgeService, tenant: str) -> None:
-    service.ingestor.retry_delays = (30.0,)
+    service.faults.retry_delays = (30.0,)
 
     async def hook(at: str, conn: Connection) -> None:
         if at == "before_commit":
             await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
-    service.ingestor.fault_hook = hook
+    service.faults.ingest_step = hook
     ref = await put(service, tenant, DOC)
     with anyio.move_on_after(1.0) as scope:
         await service.ingest(ref, "G", "tenant", writer(tenant), origin_trust=TrustLevel.USER)

@@ -89,7 +89,7 @@ async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> 
 
     async def ingest(name: str) -> object:
         data = await anyio.Path(PDFS / name).read_bytes()
-        ref = await service.artifacts.put(tenant, data, media_type="application/pdf", origin=ArtifactOrigin.UPLOAD,
+        ref = await service.put_artifact(tenant, data, media_type="application/pdf", origin=ArtifactOrigin.UPLOAD,
                                           trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=name)
         return await service.ingest(ref, name, "tenant", alice, origin_trust=TrustLevel.USER)
 
