@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "Health": "knowledge.service",
     "RetrievalStatus": "knowledge.service",
     "Settings": "knowledge.config",
-    "Faults": "knowledge.ingest.ingestor",  # the fault-injection seam (`KnowledgeService.open(faults=)`)
+    "Faults": "knowledge.store.faults",  # the fault-injection seam (`KnowledgeService.open(faults=)`)
     # the data model
     "Principal": "knowledge.models",
     "Viewer": "knowledge.models",
@@ -115,7 +115,6 @@ if TYPE_CHECKING:
         ToolRegistryError,
         TraceNotFound,
     )
-    from knowledge.ingest.ingestor import Faults
     from knowledge.models import (
         ArtifactRef,
         DeletedChunk,
@@ -127,6 +126,7 @@ if TYPE_CHECKING:
         Viewer,
     )
     from knowledge.service import Health, KnowledgeService, RetrievalStatus
+    from knowledge.store.faults import Faults
     from knowledge.structured import took_effect
     from knowledge.tools import KNOWLEDGE_DOMAIN, ScopeVocabulary, ToolContext, ToolRegistry, ToolResult
     from knowledge.vocabulary import (

@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Concatenate, Literal, ParamSpec, TypeAlias, TypeVar
@@ -45,7 +45,7 @@ from knowledge.ingest.attachments import (
     upload_attachment,
 )
 from knowledge.ingest.bulk import OnDone, Outcome, ingest_many
-from knowledge.ingest.ingestor import Faults, Ingestor, QueueOnly
+from knowledge.ingest.ingestor import Ingestor, QueueOnly
 from knowledge.maintenance.worker import MaintenanceStatus, MaintenanceWorker
 from knowledge.models import (
     ArtifactOrigin,
@@ -76,6 +76,7 @@ from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stat
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
 from knowledge.store.deletion import ConversationDeleted, delete_conversation, delete_document
+from knowledge.store.faults import Faults
 from knowledge.store.metrics import (
     BudgetPressure,
     IngestDay,
@@ -167,13 +168,28 @@ NO_PGVECTOR = ("the semantic arm is off: this server has no pgvector (the vector
 
 @dataclass(frozen=True)
 class SemanticParts:
-    """The semantic arm's running parts, when it is on: the model version chunk sets are queued and
+    """The semantic arm's parts, when it is on: the model version chunk sets are queued and
     searched under, and — where this process loads the model (``semantic_model``) — the embedder
-    (the actor that owns its child) and the embedding drain (the queue's consumer)."""
+    (the actor that owns its child), the embedding drain (the queue's consumer) and the arm.
+
+    Also a seam, as httpx's ``Client(transport=)``: a test makes these itself (`Embedder`,
+    `EmbeddingDrain` over a pool of its own on the same database, `SemanticArm`) and hands them to
+    `KnowledgeService.open` (``semantic=``), keeping them to look at; the service starts the
+    embedder and the drain in its task group and stops them on close, as it does its own."""
 
     version: str
     embedder: Embedder | None = None
     drain: EmbeddingDrain | None = None
+    arm: SemanticArm | None = None
+
+    async def start(self, db: Database, task_group: TaskGroup) -> SemanticParts:
+        """Make sure the version's HNSW index exists, then start the embedder and the drain (those given)."""
+        await ensure_index(db, self.version, DIM)
+        if self.embedder is not None:
+            await task_group.start(self.embedder.run)
+        if self.drain is not None:
+            await task_group.start(self.drain.run)
+        return self
 
 
 async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup) -> SemanticParts | None:
@@ -190,15 +206,13 @@ async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup
         return None
     window = settings.semantic_window
     version = model_version(window)
-    await ensure_index(db, version, DIM)
     if not settings.semantic_model:  # queue for the arm; another process embeds
-        return SemanticParts(version)
+        return await SemanticParts(version).start(db, task_group)
     embedder = Embedder(window=window, threads=settings.embedder_threads)
-    await task_group.start(embedder.run)
     drain = EmbeddingDrain(db, embedder, version, tenant=settings.embedding_tenant)
-    if settings.semantic_drain:
-        await task_group.start(drain.run)
-    return SemanticParts(version, embedder, drain)
+    parts = SemanticParts(version, embedder, drain if settings.semantic_drain else None)
+    await parts.start(db, task_group)
+    return replace(parts, drain=drain)
 
 
 Policy = Literal["retry", "typed"]
@@ -268,9 +282,11 @@ class KnowledgeService:
         vectors = self._drain or (QueueOnly(self._semantic_version) if self._semantic_version else None)
         self._ingestor = Ingestor(db, self._artifacts, self._extractors, faults=self._faults, vectors=vectors)
         arms: list[Arm] = [LexicalArm()]
-        if self._embedder is not None and self._semantic_version is not None:
+        if semantic_parts is not None and semantic_parts.arm is not None:
+            arms.append(semantic_parts.arm)
+        elif self._embedder is not None and self._semantic_version is not None:
             arms.append(SemanticArm(self._embedder, self._semantic_version, DIM))
-        self._searcher = Searcher(db, arms, arm_limit=settings.search_candidates,
+        self._searcher = Searcher(db, arms, arm_limit=settings.search_candidates, faults=self._faults,
                                   policy=DEFAULT_POLICY if settings.relevance_floor else DEFAULT_POLICY.unfloored())
         self._attachment_queue = AttachmentQueue(db)
         #: The maintenance worker — attachment workers (``attachment_workers``, maybe none) and the
@@ -309,12 +325,15 @@ class KnowledgeService:
         dsn: str | None = None,
         data_dir: Path | None = None,
         faults: Faults | None = None,
+        semantic: SemanticParts | None = None,
     ) -> AsyncIterator[KnowledgeService]:
         """Open the service; see the module docstring.
 
         ``settings`` defaults to `Settings.from_env` (``$KNOWLEDGE_DSN`` …); ``dsn`` and
         ``data_dir`` override it. ``faults`` is the fault-injection seam (`Faults`: hooks at the
-        ingest's fault points, its retries' backoff) for tests and the stress harness.
+        ingest's fault points, its retries' backoff) for tests and the stress harness; ``semantic``
+        the semantic arm's parts made by the caller (`SemanticParts`: a test's seam), used instead of
+        those ``settings`` would make.
 
         Cancellation while opening: a server start in progress runs to completion (bounded by
         pg_ctl's timeout), everything opened so far is closed, and the cancellation propagates.
@@ -337,7 +356,7 @@ class KnowledgeService:
                 # opening leaves the service's task where neither side can end it (trio's
                 # `started()` into a cancelled start does not hand the task over; anyio's asyncio
                 # start cancels it and waits) while the task waits, shielded, for `closing`.
-                owner.start_soon(cls._serve, settings, faults, closing, (ready, opened), owner.cancel_scope,
+                owner.start_soon(cls._serve, settings, (faults, semantic), closing, (ready, opened), owner.cancel_scope,
                                  name="knowledge.service")
                 try:
                     await ready.wait()  # (the task failing to open cancels this wait; the group raises why)
@@ -348,9 +367,9 @@ class KnowledgeService:
         held.reraise()
 
     @classmethod
-    async def _serve(cls, settings: Settings, faults: Faults | None, closing: anyio.Event,
+    async def _serve(cls, settings: Settings, given: tuple[Faults | None, SemanticParts | None], closing: anyio.Event,
                      opened: tuple[anyio.Event, list[KnowledgeService]], block: anyio.CancelScope) -> None:
-        async with cls._opened(settings, faults) as svc:
+        async with cls._opened(settings, *given) as svc:
             async def guard() -> None:
                 """The service's task group ending before the host's block did (a background task
                 failed) cancels the block, whose end closes the service and raises the failure."""
@@ -371,7 +390,8 @@ class KnowledgeService:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def _opened(cls, settings: Settings, faults: Faults | None) -> AsyncIterator[KnowledgeService]:
+    async def _opened(cls, settings: Settings, faults: Faults | None, semantic: SemanticParts | None
+                      ) -> AsyncIterator[KnowledgeService]:
         async with open_bridge() as bridge:
             server: EmbeddedServer | None = None
             url = settings.dsn
@@ -394,7 +414,9 @@ class KnowledgeService:
                 held = HeldError()
                 async with anyio.create_task_group() as tg:
                     with held:
-                        svc = cls(settings, db, tg, server, await start_semantic(settings, db, tg), faults)
+                        parts = await (semantic.start(db, tg) if semantic is not None
+                                       else start_semantic(settings, db, tg))
+                        svc = cls(settings, db, tg, server, parts, faults)
                         if svc._maintenance is not None:
                             svc.start_background("maintenance-worker", svc._maintenance.run)
                         svc.start_background("parser-spares", svc._parser_pool.keep_spares)
@@ -412,15 +434,16 @@ class KnowledgeService:
         except Exception:
             _log.exception("semantic backfill failed; `knowledge docs reembed` (or a restart) resumes it")
 
-    def _semantic(self) -> tuple[EmbeddingDrain, str]:
-        if self._drain is None or self._semantic_version is None:
+    def _semantic(self) -> str:
+        if self._semantic_version is None:
             raise ConfigurationError(message="this needs the semantic arm (semantic_arm=True)")
-        return self._drain, self._semantic_version
+        return self._semantic_version
 
     async def _enqueue_missing(self, tenant_id: str | None) -> int:
-        drain, version = self._semantic()
+        version = self._semantic()
         queued = await retry_transient("reembed", functools.partial(enqueue_missing, self._db, version, tenant_id))
-        drain.wake()
+        if self._drain is not None:
+            self._drain.wake()
         return queued
 
     # --- The source store: what a host puts before it ingests, and the operator's expiry.
@@ -487,20 +510,23 @@ class KnowledgeService:
         await self._until_drained(tenant_id, document_id)
 
     async def _until_drained(self, tenant_id: str, document_id: UUID | None) -> None:
-        drain, version = self._semantic()
+        version = self._semantic()
         while await retry_transient("wait_embedded", functools.partial(pending, self._db, version, tenant_id,
                                                                        document_id)):
-            await drain.progressed(at_most=1.0)  # another process's drain may be the one at work
+            if self._drain is not None:
+                await self._drain.progressed(at_most=1.0)  # another process's drain may be the one at work
+            else:  # only another process's drain embeds (``semantic_model=False``)
+                await anyio.sleep(1.0)
 
     @_call(faults="retry")
     async def embedding_backlog(self, tenant_id: str | None = None) -> Backlog:
         """What waits for the semantic arm (of one tenant, or all): chunk sets and chunks, the
         oldest wait, this process's drain rate (0 where this process queues for the arm without
         loading the model: ``semantic_model=False``). Requires the semantic arm."""
-        if self._drain is None and self._semantic_version is not None:
-            return await queue_backlog(self._db, self._semantic_version, tenant_id)
-        drain, _ = self._semantic()
-        return await drain.backlog(tenant_id)
+        version = self._semantic()
+        if self._drain is None:
+            return await queue_backlog(self._db, version, tenant_id)
+        return await self._drain.backlog(tenant_id)
 
     @_call(faults="retry")
     async def queued_for(self, version: str, tenant_id: str | None = None) -> Backlog:

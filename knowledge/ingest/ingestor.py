@@ -64,40 +64,15 @@ from knowledge.store.documents import (
     count_outcome,
     supersede,
 )
+from knowledge.store.faults import Faults
 from knowledge.store.locks import lock_document
-from knowledge.store.retry import RETRY_DELAYS, retry_transient, unavailable
+from knowledge.store.retry import retry_transient, unavailable
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
 from knowledge.vocabulary import INGESTED_EVENT, WRITE_SCOPE
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-
-
-#: Fault-injection points (the stress suite and tests use them), called with the step's name inside the
-#: open transaction: "before_write" (after any supersede, before the one writing statement) and
-#: "before_commit"; "commit" (no connection), inside the shield just before COMMIT is sent; and
-#: "after_commit", once the transaction committed (a fault there stands for a COMMIT whose reply was
-#: lost).
-FaultHook = Callable[[str, "Connection | None"], Awaitable[None]]
-
-
-@dataclass
-class Faults:
-    """The fault-injection seam (as httpx's ``Client(transport=)`` is its client's): what a test or
-    the stress harness hands to `KnowledgeService.open` (``faults=``) and may change between calls.
-    The ingest reads it at each fault point and each retry.
-
-    - ``ingest_step``: a `FaultHook`, called at the ingest's fault points (above);
-    - ``retry_delays``: the backoff between attempts after a transient database fault (None: the
-      store's `RETRY_DELAYS`; ``()``: no retry)."""
-
-    ingest_step: FaultHook | None = None
-    retry_delays: tuple[float, ...] | None = None
-
-    @property
-    def delays(self) -> tuple[float, ...]:
-        return RETRY_DELAYS if self.retry_delays is None else self.retry_delays
 
 
 class VectorQueue(Protocol):

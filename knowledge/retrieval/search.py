@@ -41,6 +41,7 @@ from knowledge.errors import ArmUnavailable
 from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.store.db import Database
 from knowledge.store.evidence import lexical_evidence
+from knowledge.store.faults import Faults
 from knowledge.store.retrieval import candidate_from_row, lexical_rows
 from knowledge.structured import run_both
 
@@ -144,6 +145,8 @@ class Searcher:
     arms: Sequence[Arm]
     policy: RankingPolicy = DEFAULT_POLICY
     arm_limit: int = ARM_LIMIT
+    #: The fault-injection seam (`knowledge.store.faults.SearchHook`: "before", "after").
+    faults: Faults = field(default_factory=Faults)
 
     #: Searches that went on without an arm (`ArmUnavailable`), by arm name.
     without: Counter[str] = field(default_factory=Counter)
@@ -225,6 +228,7 @@ class Searcher:
 
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """Ranked, capped, floored and budgeted passages; never truncated."""
+        await self.faults.search("before", query)
         candidates, n_arms, terms = await self.gather(query)
         today = (query.as_of or datetime.now(UTC)).date()
         relevances = None
@@ -233,8 +237,10 @@ class Searcher:
         ranked = rank(candidates, current_scope=query.current_scope, today=today, n_arms=n_arms,
                       policy=self.policy, relevances=relevances)
         strengths = {c.chunk_id: c.strength for c in candidates}
-        return select(ranked, min_score=query.min_score, max_passages=query.max_passages,
-                      max_per_document=query.max_per_document, budget_tokens=query.budget_tokens,
-                      strengths=strengths, min_strength=self.policy.min_strength,
-                      min_relevance=max(self.policy.min_relevance, query.min_relevance),
-                      min_relevance_more=max(self.policy.min_relevance_more, query.min_relevance))
+        selected = select(ranked, min_score=query.min_score, max_passages=query.max_passages,
+                          max_per_document=query.max_per_document, budget_tokens=query.budget_tokens,
+                          strengths=strengths, min_strength=self.policy.min_strength,
+                          min_relevance=max(self.policy.min_relevance, query.min_relevance),
+                          min_relevance_more=max(self.policy.min_relevance_more, query.min_relevance))
+        await self.faults.search("after", query)
+        return selected

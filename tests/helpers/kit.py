@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from knowledge.config import Settings
-from knowledge.ingest.ingestor import Faults, Ingestor, VectorQueue
+from knowledge.ingest.ingestor import Ingestor, VectorQueue
 from knowledge.parsers.base import ExtractorRegistry
 from knowledge.parsers.pdf import PdfExtractor
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database
+from knowledge.store.faults import Faults
 from knowledge.supervisors.parser_pool import ParserPool
 
 

@@ -13,7 +13,7 @@ from knowledge.semantic.encoder import available
 from knowledge.semantic.queue import EmbeddingDrain
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database
-from tests.conftest import create_database
+from tests.conftest import create_database, open_sql
 from tests.ingest.test_ingest import put, writer
 from tests.semantic.test_semantic import semantic_settings
 
@@ -34,17 +34,17 @@ def drain(db: Database, version: str, **kw: Any) -> EmbeddingDrain:
 async def test_a_tenants_new_sets_are_claimed_before_another_tenants_backlog(admin_dsn: str) -> None:
     busy, newcomer = f"t-{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}"
     dsn = await create_database(admin_dsn)  # a queue of its own: no other test's rows in the turn order
-    async with KnowledgeService.open(semantic_settings(dsn, semantic_model=False)) as svc:
+    async with KnowledgeService.open(semantic_settings(dsn, semantic_model=False)) as svc, open_sql(dsn) as db:
         version = svc.semantic_version
-        assert version is not None and svc.drain is None  # queued for another process's drain
+        assert version is not None and "semantic" not in svc.retrieval().arms  # queued for another's drain
         await queue_documents(svc, busy, 6)
         await queue_documents(svc, newcomer, 2)
         # A drain for every tenant: each tenant's oldest set first, then each one's second.
-        first = await drain(svc.db, version, claim_rows=2)._claim()
+        first = await drain(db, version, claim_rows=2)._claim()
         assert sorted(r.tenant_id for r in first) == sorted([busy, newcomer])
         # A command's drain for one tenant claims that tenant's sets only, and all of them.
-        own = await drain(svc.db, version, claim_rows=8, tenant=newcomer)._claim()
+        own = await drain(db, version, claim_rows=8, tenant=newcomer)._claim()
         assert [r.tenant_id for r in own] == [newcomer]  # its second set; the first is leased above
-        assert await drain(svc.db, version, claim_rows=8, tenant=newcomer)._claim() == []
-        again = await drain(svc.db, version, claim_rows=8, tenant=busy)._claim()
+        assert await drain(db, version, claim_rows=8, tenant=newcomer)._claim() == []
+        again = await drain(db, version, claim_rows=8, tenant=busy)._claim()
         assert {r.tenant_id for r in again} == {busy} and len(again) == 5
