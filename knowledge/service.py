@@ -124,6 +124,13 @@ class RetrievalStatus(BaseModel):
     embedded_chunks: int
 
 
+class ParserStatus(BaseModel):
+    """The PDF parser pool's children: those in a job now, and the warm spares it keeps."""
+
+    in_jobs: int
+    spares: int
+
+
 class ServerStart(BaseModel):
     """How this service's embedded server came up: its data folder, initdb in this start, joined a
     running one, and how long the start took."""
@@ -157,6 +164,8 @@ class Health(BaseModel):
     semantic_unavailable: str | None = None
     #: The embedded server's start, when this service started or joined one.
     server_start: ServerStart | None = None
+    #: The parser pool's children (a refused or failed job's child is reaped before the call returns).
+    parsers: ParserStatus | None = None
 
 
 #: Why a service with the default ``semantic_arm`` runs lexical-only on this server.
@@ -894,6 +903,7 @@ class KnowledgeService:
                                         start_seconds=server.start_seconds) if server else None,
             "schema_expected": expected,
             "pool": self._db.pool_stats(),
+            "parsers": ParserStatus(in_jobs=len(self._parser_pool.live), spares=self._parser_pool.spares()),
             "workers": self._maintenance.snapshot() if self._maintenance else None,
             "semantic": SemanticStatus(model_version=self._semantic_version,
                                        child_running=self._embedder.pid is not None, child_pid=self._embedder.pid,

@@ -13,9 +13,11 @@ manifest category is ``text`` (``--large`` adds the 412-page manual). Each measu
 of its own, so every file becomes a new document. Not timed: uploading (for the worker rows, with
 the PDF upload inspection, reported on its own line) and marking. Timed: the direct ingests (1 and N
 at a time), and the drain of N attachment workers from the first claim to the last attachment
-settled (claim, lease, the same ingest, settle). The semantic arm is off (vectors follow ingest in
-the background either way; this measures ingest). Rounds are interleaved (direct, then workers), so a
-noisy machine slows both alike. Prints a table; asserts nothing about time.
+settled (claim, lease, the same ingest, settle) — the workers and their ingest built as the service
+builds its own, over a pool of the script's own (the service's parts are private). The semantic arm
+is off (vectors follow ingest in the background either way; this measures ingest). Rounds are
+interleaved (direct, then workers), so a noisy machine slows both alike. Prints a table; asserts
+nothing about time.
 """
 
 from __future__ import annotations
@@ -34,10 +36,17 @@ from knowledge.config import Settings
 from knowledge.core.prepare import IngestRequest
 from knowledge.errors import IngestRefused
 from knowledge.ingest.attachments import AttachmentQueue, attachment_document_id
+from knowledge.ingest.ingestor import Ingestor
 from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
+from knowledge.parsers.base import ExtractorRegistry
+from knowledge.parsers.pdf import PdfExtractor
+from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.service import KnowledgeService
+from knowledge.store.artifacts import ArtifactStore
+from knowledge.store.db import Database, open_bridge
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
+from knowledge.supervisors.parser_pool import ParserPool
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 MEDIA = {".md": "text/markdown", ".pdf": "application/pdf"}
@@ -114,10 +123,19 @@ async def bulk(svc: KnowledgeService, corpus: str, paths: list[Path]) -> Row:
     return Row(corpus, "direct svc.ingest_many", 1, len(paths), ingested, len(paths) - ingested, seconds)
 
 
-async def through_workers(svc: KnowledgeService, corpus: str, paths: list[Path], workers: int,
+def own_ingestor(db: Database, settings: Settings) -> Ingestor:
+    """The attachment workers' ingest, built over ``db`` as the service builds its own: its artifact
+    store, the extractors (PDFs through a parser pool of its own; spares are the loop's) and no vectors
+    (the semantic arm is off)."""
+    parsers = ParserPool()
+    extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(parsers)])
+    return Ingestor(db, ArtifactStore(db, settings.max_artifact_bytes), extractors)
+
+
+async def through_workers(svc: KnowledgeService, ingestor: Ingestor, corpus: str, paths: list[Path], workers: int,
                           batch: int) -> tuple[Row, Row]:
     """Upload (with inspection) and mark, then drain with ``workers`` attachment workers claiming
-    ``batch`` attachments at a time."""
+    ``batch`` attachments at a time, over ``ingestor`` (`own_ingestor`)."""
     tenant = f"bench-worker-{uuid.uuid4().hex[:8]}"
     began = time.perf_counter()
     refs = [await svc.upload_attachment(tenant, p.read_bytes(), media_type=MEDIA[p.suffix], file_name=p.name)
@@ -125,9 +143,9 @@ async def through_workers(svc: KnowledgeService, corpus: str, paths: list[Path],
     uploaded = time.perf_counter() - began
     owner = Principal(tenant_id=tenant, principal_id="owner", scopes=frozenset({"knowledge.write"}))
     marks = await svc.mark_attachments(owner, [r.artifact_id for r in refs], conversation_id="bench")
-    queue = AttachmentQueue(svc.db)
+    queue = AttachmentQueue(ingestor.db)
     options = WorkerOptions(tenant_id=tenant, poll_seconds=0.05, retry_base_seconds=0.01, batch=batch)
-    crew = [AttachmentWorker(queue, svc.ingestor, options, worker_id=f"bench/{i}") for i in range(workers)]
+    crew = [AttachmentWorker(queue, ingestor, options, worker_id=f"bench/{i}") for i in range(workers)]
     began = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for w in crew:
@@ -154,15 +172,19 @@ async def run(args: argparse.Namespace) -> list[list[Row]]:
     with throwaway_data_dir("knowledge-bench-", dsn=args.dsn) as data_dir:
         settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=False,
                             pool_max_size=max(4, 2 * max(args.workers) + 2))
-        async with KnowledgeService.open(settings) as svc:
+        async with KnowledgeService.open(settings) as svc, open_bridge() as bridge, \
+                Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=settings.pool_max_size,
+                              application_name="knowledge-bench-attachments") as db:
+            ingestor = own_ingestor(db, settings)
             for corpus, paths, repeat in corpora:
                 await direct(svc, corpus, paths[:3], 1)  # warm-up: connections, spares, caches
+                await through_workers(svc, ingestor, corpus, paths[:3], 1, 1)  # and the workers' own pool
                 for _ in range(repeat):
                     keep(await bulk(svc, corpus, paths))
                     for n in args.workers:
                         keep(await direct(svc, corpus, paths, n))
                         for batch in args.batch:
-                            upload_row, worker_row = await through_workers(svc, corpus, paths, n, batch)
+                            upload_row, worker_row = await through_workers(svc, ingestor, corpus, paths, n, batch)
                             keep(upload_row)
                             keep(worker_row)
     return list(measured.values())

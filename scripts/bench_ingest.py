@@ -29,6 +29,7 @@ from knowledge.core.prepare import IngestRequest, prepare
 from knowledge.core.scan import find_secrets
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database, open_bridge
 from knowledge.store.documents import TS_CONFIG
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
@@ -99,16 +100,16 @@ def floor_rows(paths: list[Path], tenant: str) -> list[list[tuple[object, ...]]]
     return per_doc
 
 
-async def copy_floor(svc: KnowledgeService, per_doc: list[list[tuple[object, ...]]], bulk: bool) -> float:
+async def copy_floor(db: Database, per_doc: list[list[tuple[object, ...]]], bulk: bool) -> float:
     columns = ("tenant_id", "chunk_id", "document_id", "version", "chunker_version", "ordinal", "heading_path",
                "heading", "text", "tokens", "contains_instruction_like_text", "content_sha256")
     began = time.perf_counter()
     if bulk:
-        async with svc.db.transaction() as tx:
+        async with db.transaction() as tx:
             await tx.copy_records("bench_floor", [r for rows in per_doc for r in rows], columns=columns)
     else:
         for rows in per_doc:
-            async with svc.db.transaction() as tx:
+            async with db.transaction() as tx:
                 await tx.copy_records("bench_floor", rows, columns=columns)
     return time.perf_counter() - began
 
@@ -145,13 +146,13 @@ INSERT INTO bench_stats (tenant_id, shard, chunks, total_dl) SELECT $1, 0, count
 """
 
 
-async def same_index_floor(svc: KnowledgeService, per_doc: list[list[tuple[object, ...]]], tenant: str) -> float:
+async def same_index_floor(db: Database, per_doc: list[list[tuple[object, ...]]], tenant: str) -> float:
     """One COPY of every chunk row, then the index rows, postings and statistics in SQL: one transaction."""
     columns = ("tenant_id", "chunk_id", "document_id", "version", "chunker_version", "ordinal", "heading_path",
                "text", "tokens", "contains_instruction_like_text", "content_sha256")
     rows = [(tenant, *r[1:7], *r[8:]) for doc in per_doc for r in doc]  # without the floor's joined heading
     began = time.perf_counter()
-    async with svc.db.transaction() as tx:
+    async with db.transaction() as tx:
         await tx.copy_records("bench_chunks", rows, columns=columns)
         await tx.execute(SAME_INDEX_SQL, tenant)
     return time.perf_counter() - began
@@ -171,8 +172,9 @@ RESET = """TRUNCATE artifacts, knowledge_documents, knowledge_chunk_sets, knowle
                     knowledge_postings, knowledge_tenant_stats, knowledge_events, knowledge_ingest_outcomes CASCADE"""
 
 
-async def fresh_put(svc: KnowledgeService, tenant: str, paths: list[Path]) -> list[tuple[ArtifactRef, str]]:
-    await svc.db.execute(RESET)
+async def fresh_put(svc: KnowledgeService, db: Database, tenant: str, paths: list[Path]
+                    ) -> list[tuple[ArtifactRef, str]]:
+    await db.execute(RESET)
     return await put_all(svc, tenant, paths)
 
 
@@ -182,7 +184,10 @@ async def run(args: argparse.Namespace) -> None:
     with throwaway_data_dir("knowledge-bench-", dsn=args.dsn) as data_dir:
         settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=False,
                             pool_max_size=max(4, args.concurrency + 2))
-        async with KnowledgeService.open(settings) as svc:
+        # The floors, the resets and the counts run on a pool of the script's own (the service's is private).
+        async with KnowledgeService.open(settings) as svc, open_bridge() as bridge, \
+                Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=4,
+                              application_name="knowledge-bench-ingest") as db:
             rows: list[tuple[str, float, float, str]] = []
 
             began = time.perf_counter()
@@ -196,21 +201,21 @@ async def run(args: argparse.Namespace) -> None:
                 find_secrets(text)
             scan = time.perf_counter() - began
 
-            await svc.db.execute(FLOOR_TABLE)
+            await db.execute(FLOOR_TABLE)
             per_doc = floor_rows(paths, "floor-a")
-            t_floor = await copy_floor(svc, per_doc, bulk=False)
+            t_floor = await copy_floor(db, per_doc, bulk=False)
             per_doc_b = floor_rows(paths, "floor-b")
-            t_bulk = await copy_floor(svc, per_doc_b, bulk=True)
-            await svc.db.execute(SAME_INDEX_TABLES)
-            t_same = await same_index_floor(svc, floor_rows(paths, "floor-c"), "floor-c")
+            t_bulk = await copy_floor(db, per_doc_b, bulk=True)
+            await db.execute(SAME_INDEX_TABLES)
+            t_same = await same_index_floor(db, floor_rows(paths, "floor-c"), "floor-c")
 
-            items = await fresh_put(svc, "bench-seq", paths)
+            items = await fresh_put(svc, db, "bench-seq", paths)
             t_seq, refused = await ingest_all(svc, "bench-seq", items, 1)
-            chunks = await svc.db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = 'bench-seq'")
-            tokens = await svc.db.fetchval("SELECT sum(tokens) FROM knowledge_chunks WHERE tenant_id = 'bench-seq'")
-            items_c = await fresh_put(svc, "bench-conc", paths)
+            chunks = await db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = 'bench-seq'")
+            tokens = await db.fetchval("SELECT sum(tokens) FROM knowledge_chunks WHERE tenant_id = 'bench-seq'")
+            items_c = await fresh_put(svc, db, "bench-conc", paths)
             t_conc, _ = await ingest_all(svc, "bench-conc", items_c, args.concurrency)
-            items_b = await fresh_put(svc, "bench-bulk", paths)
+            items_b = await fresh_put(svc, db, "bench-bulk", paths)
             t_many = await ingest_bulk(svc, "bench-bulk", items_b)
 
             rows.append(("floor: COPY, one transaction per document", t_floor, total_mb / t_floor, "1.00x"))

@@ -40,6 +40,8 @@ from retrieval_data import (
     ingest_sources,
     load_scifact,
     median_ms,
+    own_db,
+    own_searcher,
     p99_ms,
     print_run,
     scifact_sources,
@@ -50,7 +52,9 @@ from knowledge.config import Settings
 from knowledge.core.chunking import chunk_id
 from knowledge.core.ranking import DEFAULT_POLICY, KNOWLEDGE_V1
 from knowledge.models import KnowledgeQuery
+from knowledge.retrieval.search import LexicalArm, Searcher
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 SOURCE_TENANT = "bench-source"
@@ -155,9 +159,9 @@ class Replicator:
         return doc_rows, chunk_rows
 
 
-async def stage(svc: KnowledgeService) -> list[SourceDoc]:
-    await svc.db.execute(_STAGE_SQL.format(t=SOURCE_TENANT))
-    rows = await svc.db.fetch("""
+async def stage(db: Database) -> list[SourceDoc]:
+    await db.execute(_STAGE_SQL.format(t=SOURCE_TENANT))
+    rows = await db.fetch("""
         SELECT d.document_id, d.version,
                array_agg(c.chunk_id ORDER BY c.ordinal) AS ids, array_agg(c.ordinal ORDER BY c.ordinal) AS ords,
                array_agg(c.content_sha256 ORDER BY c.ordinal) AS shas,
@@ -168,12 +172,12 @@ async def stage(svc: KnowledgeService) -> list[SourceDoc]:
             for r in rows]
 
 
-async def grow(svc: KnowledgeService, rep: Replicator, total: int) -> float:
+async def grow(db: Database, rep: Replicator, total: int) -> float:
     began = time.perf_counter()
-    await svc.db.execute("DROP INDEX IF EXISTS bench_tsv_gin")  # rebuilt after the load, faster than maintained
+    await db.execute("DROP INDEX IF EXISTS bench_tsv_gin")  # rebuilt after the load, faster than maintained
     doc_rows, chunk_rows = rep.plan(total // len(TENANTS))
     if doc_rows:
-        async with svc.db.transaction() as tx:
+        async with db.transaction() as tx:
             await tx.execute("TRUNCATE bench_doc_map, bench_chunk_map")
             await tx.copy_records("bench_doc_map", doc_rows,
                                   columns=("tenant_id", "src_document_id", "document_id", "artifact_id"))
@@ -182,14 +186,14 @@ async def grow(svc: KnowledgeService, rep: Replicator, total: int) -> float:
             await tx.execute("ANALYZE bench_doc_map; ANALYZE bench_chunk_map")
             for sql in _REPLICATE_SQL:
                 await tx.execute(sql)
-    await svc.db.execute(GIN_SQL)
-    await svc.db.execute("VACUUM ANALYZE")
+    await db.execute(GIN_SQL)
+    await db.execute("VACUUM ANALYZE")
     return time.perf_counter() - began
 
 
-async def check(svc: KnowledgeService) -> list[str]:
+async def check(searcher: Searcher) -> list[str]:
     """Counters agree with the rows, and replicated chunks are found by the arm by their own words."""
-    rows = await svc.db.fetch("""
+    rows = await searcher.db.fetch("""
         SELECT t.tenant_id, t.chunks, t.total_dl, i.n, i.dl, p.n AS postings
         FROM (SELECT tenant_id, sum(chunks) AS chunks, sum(total_dl) AS total_dl
               FROM knowledge_tenant_stats GROUP BY tenant_id) t
@@ -198,13 +202,12 @@ async def check(svc: KnowledgeService) -> list[str]:
         JOIN (SELECT tenant_id, count(*) AS n FROM knowledge_postings GROUP BY tenant_id) p USING (tenant_id)
         ORDER BY tenant_id""")
     bad = [r["tenant_id"] for r in rows if r["chunks"] != r["n"] or r["total_dl"] != r["dl"]]
-    sample = await svc.db.fetch("""
+    sample = await searcher.db.fetch("""
         SELECT tenant_id, chunk_id, text FROM knowledge_chunks TABLESAMPLE BERNOULLI (5) REPEATABLE (7) LIMIT 20""")
     found = 0
     for r in sample:
         words = " ".join(r["text"].split()[:30])
-        cands = await svc.searcher.candidates(KnowledgeQuery(tenant_id=r["tenant_id"], principal_id=PRINCIPAL,
-                                                             text=words))
+        cands = await searcher.candidates(KnowledgeQuery(tenant_id=r["tenant_id"], principal_id=PRINCIPAL, text=words))
         found += any(c.chunk_id == r["chunk_id"] for c in cands)
     chunks = sum(r["n"] for r in rows)
     postings = sum(r["postings"] for r in rows)
@@ -244,8 +247,11 @@ async def measure(name: str, texts: Sequence[tuple[str, str]], run: Callable[[st
     return Result(name, seconds, n / (time.perf_counter() - began))
 
 
-async def bench(svc: KnowledgeService, texts: Sequence[tuple[str, str]], concurrency: int) -> list[Result]:
-    limit = svc.searcher.arm_limit
+async def bench(svc: KnowledgeService, own: Searcher, lexical: Searcher, texts: Sequence[tuple[str, str]],
+                concurrency: int) -> list[Result]:
+    """``own``: a searcher built as the service's (its parts are private), for the same search under
+    another policy; ``lexical``: the lexical arm alone, over the same pool."""
+    limit = lexical.arm_limit
 
     def q(tenant: str, text: str) -> KnowledgeQuery:
         return KnowledgeQuery(tenant_id=tenant, principal_id=PRINCIPAL, text=text)
@@ -253,18 +259,21 @@ async def bench(svc: KnowledgeService, texts: Sequence[tuple[str, str]], concurr
     async def search(tenant: str, text: str) -> Any:
         return await svc.search(q(tenant, text))
 
+    async def search_own(tenant: str, text: str) -> Any:
+        return await own.search(q(tenant, text))
+
     async def arm(tenant: str, text: str) -> Any:
-        return await svc.searcher.candidates(q(tenant, text))
+        return await lexical.candidates(q(tenant, text))
 
     results = [await measure(f"knowledge.search (end to end, 3 passages, {DEFAULT_POLICY.name})", texts, search,
                              concurrency)]
-    with searching_with(svc, policy=KNOWLEDGE_V1):  # the same search without the relevance model: what it costs
+    with searching_with(own, policy=KNOWLEDGE_V1):  # the same search without the relevance model: what it costs
         results.append(await measure(f"knowledge.search, {KNOWLEDGE_V1.name} (RRF, no relevance model)", texts,
-                                     search, concurrency))
+                                     search_own, concurrency))
     results.append(await measure(f"lexical arm alone (candidates, {limit})", texts, arm, concurrency))
     for name, sql in BASELINE_SQL.items():
         async def baseline(tenant: str, text: str, sql: str = sql) -> Any:
-            async with svc.db.connection() as conn:
+            async with lexical.db.connection() as conn:
                 return await conn.fetch(sql, tenant, text, limit)
 
         results.append(await measure(f"SQL {name} + GIN, top {limit}", texts, baseline, concurrency))
@@ -293,26 +302,28 @@ class _Recorder:
         return await self._conn.fetchval(sql, *args)
 
 
-async def explain(svc: KnowledgeService, tenant: str, text: str) -> list[str]:
+async def explain(lexical: Searcher, tenant: str, text: str) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of every statement the arm runs for one query (recorded from a real
-    `searcher.candidates` call, so the parameters are the arm's own) and of the OR baseline."""
+    `searcher.candidates` call, so the parameters are the arm's own) and of the OR baseline. ``lexical``:
+    the lexical arm alone over the script's own pool, whose connections are recorded for the call."""
     calls: list[tuple[str, tuple[Any, ...]]] = []
-    original = svc.db.connection
+    db = lexical.db
+    original = db.connection
 
     @contextlib.asynccontextmanager
     async def recording() -> AsyncIterator[Any]:
         async with original() as conn:
             yield _Recorder(conn, calls)
 
-    svc.db.connection = recording  # type: ignore[method-assign]
+    db.connection = recording  # type: ignore[method-assign]
     try:
-        await svc.searcher.candidates(KnowledgeQuery(tenant_id=tenant, principal_id=PRINCIPAL, text=text))
+        await lexical.candidates(KnowledgeQuery(tenant_id=tenant, principal_id=PRINCIPAL, text=text))
     finally:
-        del svc.db.connection
+        del db.connection
     out = [f"--- EXPLAIN, tenant {tenant}, query {text!r}"]
     statements = [*((f"arm statement {i}", sql, args) for i, (sql, args) in enumerate(calls, start=1)),
-                  ("baseline ts_rank OR", BASELINE_SQL["ts_rank OR"], (tenant, text, svc.searcher.arm_limit))]
-    async with svc.db.connection() as conn:
+                  ("baseline ts_rank OR", BASELINE_SQL["ts_rank OR"], (tenant, text, lexical.arm_limit))]
+    async with db.connection() as conn:
         for label, sql, args in statements:
             shown = [a if not isinstance(a, list) or len(a) < 30 else f"[{len(a)} items]" for a in args]
             plan = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", *args)
@@ -338,33 +349,38 @@ async def run(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
     with throwaway_data_dir("knowledge-bench-search-") as data_dir:
         settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=args.concurrency + 2)
-        async with KnowledgeService.open(settings) as svc:
+        async with KnowledgeService.open(settings) as svc, \
+                own_db(svc, "knowledge-bench-search", max_size=args.concurrency + 2) as db:
             scifact = load_scifact()
             began = time.perf_counter()
             doc_keys, refused = await ingest_sources(svc, SOURCE_TENANT, scifact_sources(scifact))
-            source_chunks = await svc.db.fetchval(
+            source_chunks = await db.fetchval(
                 "SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", SOURCE_TENANT)
             out.append(f"source: SciFact {len(doc_keys)} documents, {source_chunks} chunks through knowledge.ingest "
-                       f"in {time.perf_counter() - began:.1f}s (refused {refused or 0}); loop={svc.db.backend}, "
+                       f"in {time.perf_counter() - began:.1f}s (refused {refused or 0}); loop={db.backend}, "
                        f"{args.concurrency} concurrent tasks")
-            rep = Replicator(await stage(svc))
+            rep = Replicator(await stage(db))
             rng = random.Random(0)
             queries = list(scifact.queries.values())
             rng.shuffle(queries)
             texts = [(TENANTS[i % len(TENANTS)], text) for i, text in enumerate(queries[:args.queries])]
-            for size in args.sizes:
-                seconds = await grow(svc, rep, size)
-                out += ["", f"== {size} chunks over {len(TENANTS)} tenants (replicated + GIN + VACUUM ANALYZE in "
-                            f"{seconds:.1f}s)", *await check(svc)]
-                results = await bench(svc, texts, args.concurrency)
-                out += [f"{len(texts)} SciFact test queries, sequential (median, p99) after {WARMUP} warm-up, "
-                        f"then {2 * len(texts)} at {args.concurrency} concurrent (qps)", *table(results)]
-                if args.explain:
-                    arm = results[1]
-                    mid = sorted(range(len(texts)), key=lambda i: arm.seconds[i])[len(texts) // 2]
-                    slow = max(range(len(texts)), key=lambda i: arm.seconds[i])
-                    for i in (mid, slow):
-                        out += await explain(svc, *texts[i])
+            # The service's parts are private: the searcher's other policy and the lexical arm alone are
+            # searchers of the script's own over its own pool (as large as the service's).
+            async with own_searcher(svc, db) as own:
+                lexical = Searcher(db, [LexicalArm()], arm_limit=own.arm_limit, policy=own.policy)
+                for size in args.sizes:
+                    seconds = await grow(db, rep, size)
+                    out += ["", f"== {size} chunks over {len(TENANTS)} tenants (replicated + GIN + VACUUM ANALYZE "
+                                f"in {seconds:.1f}s)", *await check(lexical)]
+                    results = await bench(svc, own, lexical, texts, args.concurrency)
+                    out += [f"{len(texts)} SciFact test queries, sequential (median, p99) after {WARMUP} warm-up, "
+                            f"then {2 * len(texts)} at {args.concurrency} concurrent (qps)", *table(results)]
+                    if args.explain:
+                        arm = results[1]
+                        mid = sorted(range(len(texts)), key=lambda i: arm.seconds[i])[len(texts) // 2]
+                        slow = max(range(len(texts)), key=lambda i: arm.seconds[i])
+                        for i in (mid, slow):
+                            out += await explain(lexical, *texts[i])
     return out
 
 

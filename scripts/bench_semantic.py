@@ -14,7 +14,10 @@ operator manual, 157 files, 1.2 MB):
 2. **Search**, the 68 docs-dev questions sequentially after a warm-up: `knowledge.search` lexical-only
    and fused, each under the shipped ranking and under ``knowledge-v1`` (no relevance model: what
    the model costs), each arm alone, and the bare ANN statement (tenant predicate only, query
-   vector precomputed) as the SQL floor. p50 and p99. ``--search-only`` stops here.
+   vector precomputed) as the SQL floor. p50 and p99. ``--search-only`` stops here. The arms alone,
+   the query's embedding and the ``knowledge-v1`` rows run on a `Searcher` built as the service's
+   own (`retrieval_data.own_searcher`, with an embedder child of its own: the service's parts are
+   private), over a pool of the script's own.
 3. **A small tenant in a large table**: the arm's tenant is copied in SQL (artifacts, documents,
    chunk sets, chunks, vectors; every key is tenant-scoped, so a copy is a tenant of its own) into
    ``--copies`` other tenants, the HNSW index rebuilt over all of them; then, for the small tenant
@@ -35,24 +38,30 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from retrieval_data import CORPUS, load_docs_dev, median_ms, p99_ms, print_run, searching_with
+from retrieval_data import CORPUS, load_docs_dev, median_ms, own_db, own_searcher, p99_ms, print_run, searching_with
 
 from knowledge.config import Settings
 from knowledge.core.prepare import prepare
 from knowledge.core.ranking import KNOWLEDGE_V1
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
-from knowledge.semantic.arm import SCAN_OPTIONS, SemanticArm
+from knowledge.retrieval.search import Searcher
+from knowledge.semantic.arm import EF_SEARCH, MAX_SCAN_TUPLES, SemanticArm
 from knowledge.semantic.encoder import DIM, Encoder
 from knowledge.service import KnowledgeService
-from knowledge.store.vectors import index_name, model_literal
+from knowledge.store.db import Database
+from knowledge.store.vectors import index_name, model_literal, scan_options_sql
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 LEXICAL, SEMANTIC = "bench-lexical", "bench-semantic"
 WARMUP = 5
 LIMIT = 50
+OWN_POOL = "knowledge-bench-semantic"  # the application name of the script's own pool
+#: The arm's HNSW scan options (iterative scans), for the bare statement.
+SCAN_OPTIONS = scan_options_sql(EF_SEARCH, MAX_SCAN_TUPLES)
 
 
-async def ingest_folder(svc: KnowledgeService, tenant: str, paths: Sequence[Path]) -> tuple[float, int]:
+async def ingest_folder(svc: KnowledgeService, db: Database, tenant: str, paths: Sequence[Path]
+                        ) -> tuple[float, int]:
     principal = Principal(tenant_id=tenant, principal_id="bench", scopes=frozenset({"knowledge.write"}))
     refs = [await svc.put_artifact(tenant, p.read_bytes(), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                     trust=TrustLevel.USER, file_name=p.name) for p in paths]
@@ -71,7 +80,7 @@ async def ingest_folder(svc: KnowledgeService, tenant: str, paths: Sequence[Path
         for _ in range(4):
             tg.start_soon(worker)
     seconds = time.perf_counter() - began
-    chunks = await svc.db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", tenant)
+    chunks = await db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", tenant)
     return seconds, int(chunks)
 
 
@@ -108,10 +117,10 @@ def q(tenant: str, text: str) -> KnowledgeQuery:
 _COPIED = ("artifacts", "knowledge_documents", "knowledge_chunk_sets", "knowledge_chunks", "knowledge_embeddings")
 
 
-async def copy_tenant(svc: KnowledgeService, source: str, target: str, salt: str = "") -> None:
+async def copy_tenant(db: Database, source: str, target: str, salt: str = "") -> None:
     """A tenant's rows under another tenant id; with ``salt``, new artifact, document and chunk ids
     too, so several copies can merge into one tenant."""
-    async with svc.db.transaction() as tx:
+    async with db.transaction() as tx:
         for table in _COPIED:
             await tx.execute(f"DROP TABLE IF EXISTS bench_{table}")
             await tx.execute(f"CREATE TEMP TABLE bench_{table} AS SELECT * FROM {table} WHERE tenant_id = '{source}'")
@@ -128,7 +137,7 @@ async def copy_tenant(svc: KnowledgeService, source: str, target: str, salt: str
             await tx.execute(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM bench_{table}")
 
 
-async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, texts: Sequence[str],
+async def recall_rows(db: Database, arm: SemanticArm, tenant: str, texts: Sequence[str],
                       vectors: Sequence[str]) -> list[str]:
     """Recall@50 of chunk lists against an exact pass over the tenant's windows. Tie-robust: a
     returned chunk counts if its best window is at most as far as the exact 50th chunk's (copies
@@ -150,7 +159,7 @@ async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, text
                    GROUP BY e.chunk_id"""
 
     async def bare(vec: str, scan_options: bool) -> list[str]:
-        async with svc.db.transaction() as tx:
+        async with db.transaction() as tx:
             if scan_options:
                 await tx.execute(SCAN_OPTIONS)
             return [r["chunk_id"] for r in await tx.fetch(ann_sql, tenant, vec)]
@@ -158,11 +167,11 @@ async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, text
     async def through_arm(text: str, exact_max: int) -> list[str]:
         saved, arm.exact_max_windows = arm.exact_max_windows, exact_max
         try:
-            return [c.chunk_id for c in await arm.search(svc.db, q(tenant, text), LIMIT)]
+            return [c.chunk_id for c in await arm.search(db, q(tenant, text), LIMIT)]
         finally:
             arm.exact_max_windows = saved
 
-    windows = await svc.db.fetchval("SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", tenant)
+    windows = await db.fetchval("SELECT count(*) FROM knowledge_embeddings WHERE tenant_id = $1", tenant)
     path = "exact pass" if windows <= arm.exact_max_windows else "iterative scans"
     ways: dict[str, Callable[[str, str], Awaitable[list[str]]]] = {
         "bare SQL, hnsw default scan": lambda text, vec: bare(vec, False),
@@ -174,14 +183,14 @@ async def recall_rows(svc: KnowledgeService, arm: SemanticArm, tenant: str, text
     times: dict[str, list[float]] = {k: [] for k in [*ways, "bare SQL, exact pass"]}
     for text, vec in zip(texts, vectors, strict=True):
         began = time.perf_counter()
-        truth = await svc.db.fetch(exact_sql, tenant, vec)
+        truth = await db.fetch(exact_sql, tenant, vec)
         times["bare SQL, exact pass"].append(time.perf_counter() - began)
         cutoff = max(r["d"] for r in truth) + 1e-6
         for name, way in ways.items():
             began = time.perf_counter()
             got = await way(text, vec)
             times[name].append(time.perf_counter() - began)
-            near = sum(1 for r in await svc.db.fetch(best_sql, tenant, vec, got) if r["d"] <= cutoff)
+            near = sum(1 for r in await db.fetch(best_sql, tenant, vec, got) if r["d"] <= cutoff)
             recall[name].append(min(near, len(truth)) / len(truth))
     out = [f"tenant {tenant}: {windows} windows (the arm takes its {path})"]
     for name in times:
@@ -199,16 +208,16 @@ async def run(args: argparse.Namespace) -> list[str]:
            f"embedder threads={args.threads}"]
     with throwaway_data_dir("knowledge-bench-semantic-") as data_dir:
         base = dict(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10, semantic_backfill=False)
-        async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
-            lex_s, lex_chunks = await ingest_folder(svc, LEXICAL, paths)
-        async with KnowledgeService.open(Settings(**base, semantic_arm=True, embedder_threads=args.threads)) as svc:
-            assert svc.embedder is not None
-            await svc.embedder.wait_ready()
+        async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc, own_db(svc, OWN_POOL) as db:
+            lex_s, lex_chunks = await ingest_folder(svc, db, LEXICAL, paths)
+        async with KnowledgeService.open(Settings(**base, semantic_arm=True, embedder_threads=args.threads)) as svc, \
+                own_db(svc, OWN_POOL) as db:
+            assert await svc.semantic_ready(within=600)
             began = time.perf_counter()
-            sem_s, sem_chunks = await ingest_folder(svc, SEMANTIC, paths)  # searchable (lexically) now
-            without = svc.searcher.without["semantic"]
+            sem_s, sem_chunks = await ingest_folder(svc, db, SEMANTIC, paths)  # searchable (lexically) now
+            without = svc.retrieval().searches_without_arm.get("semantic", 0)
             during = await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))  # while the queue drains
-            without = svc.searcher.without["semantic"] - without
+            without = svc.retrieval().searches_without_arm.get("semantic", 0) - without
             await svc.wait_embedded(tenant_id=SEMANTIC)
             full_s = time.perf_counter() - began
             rate = sem_chunks / full_s
@@ -229,69 +238,73 @@ async def run(args: argparse.Namespace) -> list[str]:
                            f"{1000 * floor_s / floor_passages:9.1f}   the drain = {floor_s / full_s:.2f}x of the "
                            f"encoder's pace ({floor_windows} windows, {floor_windows / floor_passages:.2f} per "
                            "passage)")
-            await svc.db.execute("VACUUM ANALYZE")
-            lexical, sem = svc.searcher.arms
-            assert isinstance(sem, SemanticArm)
-            vectors = [await svc.embedder.embed_query(t) for t in texts]
-            ann_floor = f"""SELECT chunk_id FROM knowledge_embeddings e WHERE tenant_id = $1
-                            AND model_version = {model_literal(sem.version)}
-                            ORDER BY (e.embedding::vector({DIM}) <=> $2::vector({DIM})) + 0 LIMIT {LIMIT * 4}"""
-            by_vec = dict(zip(texts, vectors, strict=True))
-            rows = [
-                (f"knowledge.search, fused ({svc.searcher.policy.name})",
-                 await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
-                *await without_relevance(svc, texts, "fused"),
-                ("lexical arm alone", await timed(texts, lambda t: lexical.search(svc.db, q(SEMANTIC, t), LIMIT))),
-                ("semantic arm alone (with query embedding)",
-                 await timed(texts, lambda t: sem.search(svc.db, q(SEMANTIC, t), LIMIT))),
-                ("embedding the query (child round trip)", await timed(texts, svc.embedder.embed_query)),
-                ("bare SQL: exact ANN, tenant only", await timed(texts, lambda t: svc.db.fetch(
-                    ann_floor, SEMANTIC, by_vec[t]))),
-            ]
-            degraded = svc.searcher.without[sem.name]
-        async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc:
-            rows[:0] = [(f"knowledge.search, lexical-only ({svc.searcher.policy.name})",
+            await db.execute("VACUUM ANALYZE")
+            async with own_searcher(svc, db) as own:
+                lexical, sem = own.arms
+                assert isinstance(sem, SemanticArm)
+                vectors = [await sem.embedder.embed_query(t) for t in texts]
+                ann_floor = f"""SELECT chunk_id FROM knowledge_embeddings e WHERE tenant_id = $1
+                                AND model_version = {model_literal(sem.version)}
+                                ORDER BY (e.embedding::vector({DIM}) <=> $2::vector({DIM})) + 0 LIMIT {LIMIT * 4}"""
+                by_vec = dict(zip(texts, vectors, strict=True))
+                rows = [
+                    (f"knowledge.search, fused ({svc.retrieval().ranking})",
+                     await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
+                    *await without_relevance(own, texts, "fused"),
+                    ("lexical arm alone", await timed(texts, lambda t: lexical.search(db, q(SEMANTIC, t), LIMIT))),
+                    ("semantic arm alone (with query embedding)",
+                     await timed(texts, lambda t: sem.search(db, q(SEMANTIC, t), LIMIT))),
+                    ("embedding the query (child round trip)", await timed(texts, sem.embedder.embed_query)),
+                    ("bare SQL: exact ANN, tenant only", await timed(texts, lambda t: db.fetch(
+                        ann_floor, SEMANTIC, by_vec[t]))),
+                ]
+                # the service's fused searches and the script's own searcher's
+                degraded = svc.retrieval().searches_without_arm.get(sem.name, 0) + own.without[sem.name]
+        async with KnowledgeService.open(Settings(**base, semantic_arm=False)) as svc, own_db(svc, OWN_POOL) as db, \
+                own_searcher(svc, db) as own:
+            rows[:0] = [(f"knowledge.search, lexical-only ({svc.retrieval().ranking})",
                          await timed(texts, lambda t: svc.search(q(SEMANTIC, t)))),
-                        *await without_relevance(svc, texts, "lexical-only")]
+                        *await without_relevance(own, texts, "lexical-only")]
         out += ["", f"search ({len(texts)} docs-dev questions, sequential)   p50 ms   p99 ms"]
         out += [f"{name:<44} {median_ms(s):7.1f}  {p99_ms(s):7.1f}" for name, s in rows]
         out.append(f"(fused searches that went on without the semantic arm: {degraded})")
         if args.search_only:
             return out
 
-        async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc:
-            lexical, sem = svc.searcher.arms
-            assert isinstance(sem, SemanticArm) and svc.embedder is not None
+        async with KnowledgeService.open(Settings(**base, semantic_arm=True)) as svc, own_db(svc, OWN_POOL) as db, \
+                own_searcher(svc, db) as own:
+            lexical, sem = own.arms
+            assert isinstance(sem, SemanticArm)
             began = time.perf_counter()
-            await svc.db.execute(f"DROP INDEX IF EXISTS {index_name(sem.version)}")
+            await db.execute(f"DROP INDEX IF EXISTS {index_name(sem.version)}")
             for i in range(args.copies):
-                await copy_tenant(svc, SEMANTIC, f"bench-big-{i}")
+                await copy_tenant(db, SEMANTIC, f"bench-big-{i}")
             for size in args.mid:
                 for i in range(size):
-                    await copy_tenant(svc, SEMANTIC, f"bench-mid{size}", salt=f"m{size}c{i}")
-            await svc.db.execute("SET maintenance_work_mem = '512MB'")
-            await svc.db.execute(f"CREATE INDEX {index_name(sem.version)} ON knowledge_embeddings USING hnsw "
-                                 f"((embedding::vector({DIM})) vector_cosine_ops) "
-                                 f"WHERE model_version = {model_literal(sem.version)}")
-            await svc.db.execute("VACUUM ANALYZE")
-            total = await svc.db.fetchval("SELECT count(*) FROM knowledge_embeddings")
+                    await copy_tenant(db, SEMANTIC, f"bench-mid{size}", salt=f"m{size}c{i}")
+            await db.execute("SET maintenance_work_mem = '512MB'")
+            await db.execute(f"CREATE INDEX {index_name(sem.version)} ON knowledge_embeddings USING hnsw "
+                             f"((embedding::vector({DIM})) vector_cosine_ops) "
+                             f"WHERE model_version = {model_literal(sem.version)}")
+            await db.execute("VACUUM ANALYZE")
+            total = await db.fetchval("SELECT count(*) FROM knowledge_embeddings")
             mids = " and ".join(f"a {n}-copy tenant" for n in args.mid)
             out += ["", f"{args.copies} copies + {mids}: {total} windows in the table, HNSW "
                         f"built in {time.perf_counter() - began:.0f}s (copies included)"]
-            vectors = [await svc.embedder.embed_query(t) for t in texts]
-            out += await recall_rows(svc, sem, SEMANTIC, texts, vectors)
+            vectors = [await sem.embedder.embed_query(t) for t in texts]
+            out += await recall_rows(db, sem, SEMANTIC, texts, vectors)
             for size in args.mid:
-                out += await recall_rows(svc, sem, f"bench-mid{size}", texts, vectors)
+                out += await recall_rows(db, sem, f"bench-mid{size}", texts, vectors)
     return out
 
 
-async def without_relevance(svc: KnowledgeService, texts: Sequence[str], label: str
+async def without_relevance(searcher: Searcher, texts: Sequence[str], label: str
                             ) -> list[tuple[str, list[float]]]:
     """The same searches ranked by `KNOWLEDGE_V1` (reciprocal-rank fusion, no relevance model): what
-    the relevance model costs."""
-    with searching_with(svc, policy=KNOWLEDGE_V1):
+    the relevance model costs. ``searcher``: the script's own, built as the service's (`own_searcher`)."""
+    with searching_with(searcher, policy=KNOWLEDGE_V1):
         return [(f"knowledge.search, {label} ({KNOWLEDGE_V1.name})",
-                 await timed(texts, lambda t: svc.search(q(SEMANTIC, t))))]
+                 await timed(texts, lambda t: searcher.search(q(SEMANTIC, t))))]
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ with its features (`knowledge.core.relevance.features`, through `Searcher.featur
   take a quarter hour on two cores); a candidate is relevant when its abstract is judged relevant.
   Fold: the claim id modulo 5.
 
-Each question is asked through the service's own pipeline with the semantic arm on: the arms'
+Each question is asked through the service's pipeline with the semantic arm on — a `Searcher` built
+as the service's own (`retrieval_data.own_searcher`: the service's parts are private): the arms'
 candidates (`Searcher.candidates`), then their features twice — ``fused`` (every candidate, cosines
 included) and ``lexical`` (only the lexical arm's candidates, as a search that went on without the
 semantic arm sees them). One JSON line per question and mode: ``{set, fold, qid, mode, answerable,
@@ -34,11 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from build_docs_train import build, hide_headings
-from retrieval_data import answers, docs_sources, ingest_sources, load_scifact, print_run, scifact_sources
+from retrieval_data import (
+    answers,
+    docs_sources,
+    ingest_sources,
+    load_scifact,
+    own_db,
+    own_searcher,
+    print_run,
+    scifact_sources,
+)
 
 from knowledge.config import Settings
 from knowledge.core.ranking import Candidate
 from knowledge.models import KnowledgeQuery
+from knowledge.retrieval.search import Searcher
 from knowledge.service import KnowledgeService
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
@@ -49,15 +60,15 @@ def lexical_only(candidates: list[Candidate]) -> list[Candidate]:
     return [replace(c, arm_ranks={"lexical": c.arm_ranks["lexical"]}) for c in candidates if "lexical" in c.arm_ranks]
 
 
-async def ask(svc: KnowledgeService, tenant: str, text: str, label: Any, key: Any, *, texts: bool = False
+async def ask(searcher: Searcher, tenant: str, text: str, label: Any, key: Any, *, texts: bool = False
               ) -> dict[str, list[dict[str, Any]]]:
     """Both modes' candidates of one question: chunk id, source key, label, features (and with
     ``texts`` each fused candidate's heading path and text, for experiments with a second stage)."""
     query = KnowledgeQuery(tenant_id=tenant, principal_id="eval", text=text)
-    candidates = await svc.searcher.candidates(query)
+    candidates = await searcher.candidates(query)
     out: dict[str, list[dict[str, Any]]] = {}
     for mode, cands in (("fused", candidates), ("lexical", lexical_only(candidates))):
-        feats = await svc.searcher.features(query, cands)
+        feats = await searcher.features(query, cands)
         out[mode] = [{"chunk": c.chunk_id, "key": key(c), "label": bool(label(c)), "ranks": dict(c.arm_ranks),
                       "doc": str(c.document_id),
                       "x": {k: round(v, 6) for k, v in feats[c.chunk_id].items()}} for c in cands]
@@ -71,13 +82,14 @@ async def run(args: argparse.Namespace) -> list[str]:
     lines: list[str] = []
     with throwaway_data_dir("knowledge-fit-") as data_dir, gzip.open(args.out, "wt", encoding="utf-8") as out:
         settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=True)
-        async with KnowledgeService.open(settings) as svc:
+        async with KnowledgeService.open(settings) as svc, own_db(svc, "knowledge-collect-relevance") as db, \
+                own_searcher(svc, db) as searcher:
             if args.docs:
                 questions = build()
                 tenant = "train-docs"
                 await ingest_sources(svc, tenant, hide_headings(docs_sources(), questions))
                 for q in questions:
-                    found = await ask(svc, tenant, q["question"], lambda c, q=q: answers(q, c.text),
+                    found = await ask(searcher, tenant, q["question"], lambda c, q=q: answers(q, c.text),
                                       lambda c: c.chunk_id, texts=args.texts)
                     for mode, cands in found.items():
                         out.write(json.dumps({"set": "docs-train", "fold": q["fold"], "qid": q["id"], "mode": mode,
@@ -90,7 +102,7 @@ async def run(args: argparse.Namespace) -> list[str]:
                     await ingest_sources(svc, tenant, [s for s in docs_sources() if s.key.startswith(corpus + "/")])
                     others = [q for q in questions if not q["file"].startswith(corpus + "/")]
                     for q in others[::args.cross]:
-                        found = await ask(svc, tenant, q["question"], lambda c: False, lambda c: c.chunk_id)
+                        found = await ask(searcher, tenant, q["question"], lambda c: False, lambda c: c.chunk_id)
                         for mode, cands in found.items():
                             out.write(json.dumps({"set": "docs-cross", "fold": q["fold"], "qid": q["id"],
                                                   "mode": mode, "answerable": False, "cands": cands}) + "\n")
@@ -105,7 +117,7 @@ async def run(args: argparse.Namespace) -> list[str]:
                 keys, _ = await ingest_sources(svc, tenant, scifact_sources(replace(data, corpus=chosen)))
                 for qid, text in data.queries.items():
                     rel = data.qrels[qid]
-                    found = await ask(svc, tenant, text, lambda c, rel=rel: keys[c.document_id] in rel,
+                    found = await ask(searcher, tenant, text, lambda c, rel=rel: keys[c.document_id] in rel,
                                       lambda c: keys[c.document_id])
                     for mode, cands in found.items():
                         out.write(json.dumps({"set": "scifact-train", "fold": int(qid) % FOLDS, "qid": qid,

@@ -54,10 +54,11 @@ async def run(args: argparse.Namespace) -> list[str]:
         judging = lexical.model_copy(update={"semantic_arm": not args.lexical, "semantic_drain": False,
                                              "semantic_backfill": False})
         async with KnowledgeService.open(judging) as svc:
-            if svc.embedder is not None:
-                await svc.embedder.wait_ready()
+            semantic = "semantic" in svc.retrieval().arms  # the embedder child is this service's
+            if semantic and not await svc.semantic_ready(within=600):
+                raise SystemExit("the embedder child did not start serving within 10 minutes")
             out.append(f"tenant docs: {len(docs)} files (refused {refused or 0}); claims judged "
-                       f"{'lexically' if svc.embedder is None else 'with the embedding model'}")
+                       f"{'with the embedding model' if semantic else 'lexically'}")
             right: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # verdict right, drawing right, n
             turns = 0
             began = time.perf_counter()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from build_docs_train import build, hide_headings
-from retrieval_data import add_semantic_option, answers, docs_sources, ingest_sources, print_run
+from retrieval_data import add_semantic_option, answers, docs_sources, ingest_sources, own_db, own_searcher, print_run
 
 from knowledge.config import Settings
 from knowledge.models import KnowledgeQuery
@@ -85,7 +85,10 @@ async def run(args: argparse.Namespace) -> list[str]:
            f"{'on' if args.semantic else 'off'}"]
     with throwaway_data_dir("knowledge-train-") as data_dir:
         settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=args.semantic)
-        async with KnowledgeService.open(settings) as svc:
+        # Each arm's best candidate: the arms of a searcher of the script's own, built as the service's
+        # (whose parts are private), over a pool of its own.
+        async with KnowledgeService.open(settings) as svc, own_db(svc, "knowledge-eval-docs-train") as db, \
+                own_searcher(svc, db) as searcher:
             for fold in sorted(args.folds):
                 tenant = f"train-fold-{fold}"
                 await ingest_sources(svc, tenant, hide_headings(docs_sources(), by_fold[fold]))
@@ -94,7 +97,7 @@ async def run(args: argparse.Namespace) -> list[str]:
                     default = await svc.search(asked)
                     ten = await svc.search(asked.model_copy(update={"max_passages": 10, "budget_tokens": 10_000}))
                     answered = any(answers(q, p.text) for p in default[:3])
-                    best = {arm.name: await arm.search(svc.db, asked, 1) for arm in svc.searcher.arms}
+                    best = {arm.name: await arm.search(db, asked, 1) for arm in searcher.arms}
                     for key in (f"fold {fold}", q["file"].split("/")[0], "all"):
                         tallies[key].add(q, default, ten)
                         for name, found in best.items():

@@ -45,6 +45,8 @@ from retrieval_data import (
     load_scifact,
     median_ms,
     ndcg_at_k,
+    own_db,
+    own_searcher,
     print_run,
     recall_at_k,
     scifact_sources,
@@ -55,8 +57,9 @@ from retrieval_goals import Pairs, configs, docs_goals, limit_curve, scifact_goa
 from knowledge.config import Settings
 from knowledge.core.ranking import DEFAULT_POLICY
 from knowledge.models import KnowledgeQuery
-from knowledge.retrieval.search import BM25_B, BM25_K1
+from knowledge.retrieval.search import BM25_B, BM25_K1, Searcher
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 SCIFACT_TENANT = "eval-scifact"
@@ -91,21 +94,21 @@ class Row:
     top10: bool = True  # False: returns fewer than 10 by construction (no @10 columns)
 
 
-async def ingest_corpus(svc: KnowledgeService, tenant: str, sources: Sequence[Any]) -> Corpus:
+async def ingest_corpus(svc: KnowledgeService, db: Database, tenant: str, sources: Sequence[Any]) -> Corpus:
     began = time.perf_counter()
     doc_keys, refused = await ingest_sources(svc, tenant, sources)
     seconds = time.perf_counter() - began
-    chunks = await svc.db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", tenant)
+    chunks = await db.fetchval("SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1", tenant)
     return Corpus(tenant, doc_keys, refused, seconds, int(chunks), sum(len(s.data) for s in sources) / 1e6)
 
 
 def fused_label(svc: KnowledgeService) -> str:
-    return ", fused" if len(svc.searcher.arms) > 1 else ""
+    return ", fused" if len(svc.retrieval().arms) > 1 else ""
 
 
-def arm_bm25(svc: KnowledgeService) -> tuple[float, float]:
+def arm_bm25(searcher: Searcher) -> tuple[float, float]:
     """The lexical arm's own k1 and b (the module defaults if the arm does not expose them)."""
-    arm = svc.searcher.arms[0]
+    arm = searcher.arms[0]
     return float(getattr(arm, "k1", BM25_K1)), float(getattr(arm, "b", BM25_B))
 
 
@@ -113,8 +116,8 @@ def query(tenant: str, text: str, **kw: Any) -> KnowledgeQuery:
     return KnowledgeQuery(tenant_id=tenant, principal_id=PRINCIPAL, text=text, **kw)
 
 
-async def sql_baseline(svc: KnowledgeService, sql: str, tenant: str, text: str, limit: int) -> list[Any]:
-    async with svc.db.connection() as conn:
+async def sql_baseline(db: Database, sql: str, tenant: str, text: str, limit: int) -> list[Any]:
+    async with db.connection() as conn:
         return await conn.fetch(sql, tenant, text, limit)
 
 
@@ -143,7 +146,7 @@ def measure_sync(row: Row, texts: Sequence[str], run: Callable[[str], list[str]]
 # --------------------------------------------------------------------------- SciFact
 
 
-async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> list[str]:
+async def eval_scifact(svc: KnowledgeService, searcher: Searcher, data: SciFact, corpus: Corpus) -> list[str]:
     tenant, keys = corpus.tenant, corpus.doc_keys
     qids = list(data.queries)
     texts = [data.queries[q] for q in qids]
@@ -151,7 +154,7 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
 
     def arm_run(arm: Any) -> Callable[[str], Awaitable[list[str]]]:
         async def run(text: str) -> list[str]:
-            cands = await arm.search(svc.db, query(tenant, text), svc.searcher.arm_limit)
+            cands = await arm.search(searcher.db, query(tenant, text), searcher.arm_limit)
             return first_occurrences(keys[c.document_id] for c in cands)
         return run
 
@@ -163,8 +166,8 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
         passages = await svc.search(query(tenant, text, max_passages=10, max_per_document=1, budget_tokens=100_000))
         return first_occurrences(keys[p.document_id] for p in passages)
 
-    for a in svc.searcher.arms:
-        rows.append(await measure(Row(f"ours: {a.name} arm (candidates, {svc.searcher.arm_limit} chunks)"), texts,
+    for a in searcher.arms:
+        rows.append(await measure(Row(f"ours: {a.name} arm (candidates, {searcher.arm_limit} chunks)"), texts,
                                   arm_run(a)))
     rows.append(await measure(Row(f"ours: knowledge.search, 10 passages 1/doc{fused_label(svc)}"), texts, search_10))
     rows.append(await measure(Row(f"ours: knowledge.search, default (3 passages){fused_label(svc)}", top10=False),
@@ -172,7 +175,7 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
 
     bm_texts = [f"{d['title']} {d['text']}" for d in data.corpus]
     bm_ids = [d["_id"] for d in data.corpus]
-    arm_k1, arm_b = arm_bm25(svc)
+    arm_k1, arm_b = arm_bm25(searcher)
     for k1 in dict.fromkeys((arm_k1, 1.5)):
         bm = Bm25s(bm_texts, k1=k1, b=arm_b)
         label = "as the arm" if k1 == arm_k1 else "bm25s default"
@@ -181,7 +184,7 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
 
     for name, sql in BASELINE_SQL.items():
         async def baseline(text: str, sql: str = sql) -> list[str]:
-            found = await sql_baseline(svc, sql, tenant, text, SQL_CHUNKS)
+            found = await sql_baseline(searcher.db, sql, tenant, text, SQL_CHUNKS)
             return first_occurrences(keys[r["document_id"]] for r in found)
 
         rows.append(await measure(Row(f"PostgreSQL {name}, GIN"), texts, baseline))
@@ -204,17 +207,17 @@ async def eval_scifact(svc: KnowledgeService, data: SciFact, corpus: Corpus) -> 
 # --------------------------------------------------------------------------- docs-dev
 
 
-async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
+async def eval_docs(svc: KnowledgeService, searcher: Searcher, corpus: Corpus) -> list[str]:
     tenant = corpus.tenant
     questions = load_docs_dev()
     texts = [q["question"] for q in questions]
-    chunk_rows = await svc.db.fetch(
+    chunk_rows = await searcher.db.fetch(
         "SELECT chunk_id, heading_path, text FROM knowledge_chunks WHERE tenant_id = $1 ORDER BY chunk_id", tenant)
     rows: list[Row] = []
 
     def arm_run(arm: Any) -> Callable[[str], Awaitable[list[str]]]:
         async def run(text: str) -> list[str]:
-            return [c.text for c in await arm.search(svc.db, query(tenant, text), svc.searcher.arm_limit)]
+            return [c.text for c in await arm.search(searcher.db, query(tenant, text), searcher.arm_limit)]
         return run
 
     async def search_default(text: str) -> list[str]:
@@ -223,8 +226,8 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
     async def search_10(text: str) -> list[str]:
         return [p.text for p in await svc.search(query(tenant, text, max_passages=10, budget_tokens=10_000))]
 
-    for a in svc.searcher.arms:
-        rows.append(await measure(Row(f"ours: {a.name} arm (candidates, top of {svc.searcher.arm_limit})"), texts,
+    for a in searcher.arms:
+        rows.append(await measure(Row(f"ours: {a.name} arm (candidates, top of {searcher.arm_limit})"), texts,
                                   arm_run(a)))
     rows.append(await measure(Row(f"ours: knowledge.search, 10 passages / 10000 tokens{fused_label(svc)}"), texts,
                               search_10))
@@ -232,7 +235,7 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
                               texts, search_default))
 
     bm_texts = [" ".join(r["heading_path"]) + "\n" + r["text"] for r in chunk_rows]
-    arm_k1, arm_b = arm_bm25(svc)
+    arm_k1, arm_b = arm_bm25(searcher)
     for k1 in dict.fromkeys((arm_k1, 1.5)):
         bm = Bm25s(bm_texts, k1=k1, b=arm_b)
         label = "as the arm" if k1 == arm_k1 else "bm25s default"
@@ -241,7 +244,7 @@ async def eval_docs(svc: KnowledgeService, corpus: Corpus) -> list[str]:
 
     for name, sql in BASELINE_SQL.items():
         async def baseline(text: str, sql: str = sql) -> list[str]:
-            return [r["text"] for r in await sql_baseline(svc, sql, tenant, text, 10)]
+            return [r["text"] for r in await sql_baseline(searcher.db, sql, tenant, text, 10)]
 
         rows.append(await measure(Row(f"PostgreSQL {name}, GIN"), texts, baseline))
 
@@ -286,34 +289,37 @@ async def run(args: argparse.Namespace) -> list[str]:
     with throwaway_data_dir("knowledge-eval-") as data_dir:
         settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=10,
                             semantic_arm=args.semantic)
-        async with KnowledgeService.open(settings) as svc:
+        async with KnowledgeService.open(settings) as svc, own_db(svc, "knowledge-eval-retrieval") as db:
             scifact = None if args.skip_scifact else load_scifact()
             sci_corpus = docs_corpus = None
             if scifact is not None:
-                sci_corpus = await ingest_corpus(svc, SCIFACT_TENANT, scifact_sources(scifact))
+                sci_corpus = await ingest_corpus(svc, db, SCIFACT_TENANT, scifact_sources(scifact))
             if not args.skip_docs:
-                docs_corpus = await ingest_corpus(svc, DOCS_TENANT, docs_sources())
+                docs_corpus = await ingest_corpus(svc, db, DOCS_TENANT, docs_sources())
             began = time.perf_counter()
-            await svc.db.execute(GIN_SQL)
-            await svc.db.execute("VACUUM ANALYZE")
-            out.append(f"baseline GIN index + VACUUM ANALYZE: {time.perf_counter() - began:.1f}s; "
-                       f"loop={svc.db.backend}; arm BM25 k1, b = {arm_bm25(svc)}")
-            cfgs = configs(svc, DEFAULT_POLICY)
-            pairs = {"docs-dev": Pairs(), "SciFact test": Pairs()}
-            if scifact is not None and sci_corpus is not None:
-                if not args.goals_only:
-                    out += ["", *await eval_scifact(svc, scifact, sci_corpus)]
-                out += ["", *await scifact_goals(svc, SCIFACT_TENANT, scifact.queries, scifact.qrels,
-                                                 sci_corpus.doc_keys, cfgs, pairs["SciFact test"])]
-            if docs_corpus is not None:
-                if not args.goals_only:
-                    out += ["", *await eval_docs(svc, docs_corpus)]
-                questions = load_docs_dev()
-                out += ["", *await docs_goals(svc, DOCS_TENANT, questions, cfgs, pairs["docs-dev"])]
-                out += ["", *await limit_curve(svc, DOCS_TENANT, questions, cfgs[-1])]
-            for name, found in pairs.items():
-                out += found.table(f"\nreliability of the relevance ({cfgs[-1].name}), {name}: the passages of "
-                                   "10-passage searches, by bins")
+            await db.execute(GIN_SQL)
+            await db.execute("VACUUM ANALYZE")
+            # The arms, the searcher's candidates and the configurations: a searcher of the script's own
+            # over its own pool, built as the service's (whose parts are private).
+            async with own_searcher(svc, db) as searcher:
+                out.append(f"baseline GIN index + VACUUM ANALYZE: {time.perf_counter() - began:.1f}s; "
+                           f"loop={db.backend}; arm BM25 k1, b = {arm_bm25(searcher)}")
+                cfgs = configs(svc, DEFAULT_POLICY)
+                pairs = {"docs-dev": Pairs(), "SciFact test": Pairs()}
+                if scifact is not None and sci_corpus is not None:
+                    if not args.goals_only:
+                        out += ["", *await eval_scifact(svc, searcher, scifact, sci_corpus)]
+                    out += ["", *await scifact_goals(searcher, SCIFACT_TENANT, scifact.queries, scifact.qrels,
+                                                     sci_corpus.doc_keys, cfgs, pairs["SciFact test"])]
+                if docs_corpus is not None:
+                    if not args.goals_only:
+                        out += ["", *await eval_docs(svc, searcher, docs_corpus)]
+                    questions = load_docs_dev()
+                    out += ["", *await docs_goals(searcher, DOCS_TENANT, questions, cfgs, pairs["docs-dev"])]
+                    out += ["", *await limit_curve(searcher, DOCS_TENANT, questions, cfgs[-1])]
+                for name, found in pairs.items():
+                    out += found.table(f"\nreliability of the relevance ({cfgs[-1].name}), {name}: the passages "
+                                       "of 10-passage searches, by bins")
     return out
 
 

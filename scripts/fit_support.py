@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from build_claims import build
-from retrieval_data import docs_sources, ingest_sources, print_run
+from retrieval_data import docs_sources, ingest_sources, own_db, print_run
 
 from knowledge.config import Settings
 from knowledge.core.support import (
@@ -97,11 +97,11 @@ async def weights_in_a_tenant(claims: list[str], out: list[str]) -> dict[str, fl
     """Every claim word's weight in a tenant holding the docs corpora, as the service reads it."""
     with throwaway_data_dir("knowledge-fit-support-") as data_dir:
         settings = Settings(data_dir=data_dir, sweep_interval_seconds=None, pool_max_size=8, semantic_arm=False)
-        async with KnowledgeService.open(settings) as svc:
+        async with KnowledgeService.open(settings) as svc, own_db(svc, "knowledge-fit-support") as db:
             docs, refused = await ingest_sources(svc, "claims", docs_sources())
             out.append(f"tenant: {len(docs)} docs files (refused {refused or 0})")
             words = sorted({w for c in claims for w in content_words(c)})
-            return await term_weights(svc.db, "claims", words)
+            return await term_weights(db, "claims", words)  # on a pool of the script's own: the service's is private
 
 
 def report(name: str, model: SupportModel, data: list[tuple[dict[str, Any], SupportFeatures]]) -> list[str]:

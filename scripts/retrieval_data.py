@@ -16,7 +16,7 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,15 @@ from uuid import UUID
 
 import anyio
 
+from knowledge.core.ranking import DEFAULT_POLICY
 from knowledge.models import ArtifactOrigin, Principal, TrustLevel
+from knowledge.retrieval.search import Arm, LexicalArm, Searcher
+from knowledge.semantic.arm import SemanticArm
+from knowledge.semantic.encoder import DIM
+from knowledge.store.db import Database, open_bridge
 from knowledge.store.documents import TS_CONFIG
+from knowledge.structured import HeldError
+from knowledge.supervisors.embedder import Embedder
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SCIFACT = CORPUS / "scifact"
@@ -33,10 +40,9 @@ DOCS_DEV = CORPUS / "qa" / "docs-dev.jsonl"
 DOCS_SETS = ("docs-argocd", "docs-etcd")
 
 @contextlib.contextmanager
-def searching_with(svc: Any, **attrs: Any) -> Iterator[None]:
-    """``svc.searcher`` with ``attrs`` set (``policy``, ``arms``, ``arm_limit``) for the block, then
-    restored: one service measured under several configurations."""
-    searcher = svc.searcher
+def searching_with(searcher: Searcher, **attrs: Any) -> Iterator[None]:
+    """``searcher`` (a script's own, `own_searcher`) with ``attrs`` set (``policy``, ``arms``,
+    ``arm_limit``) for the block, then restored: one searcher measured under several configurations."""
     saved = {name: getattr(searcher, name) for name in attrs}
     for name, value in attrs.items():
         setattr(searcher, name, value)
@@ -45,6 +51,41 @@ def searching_with(svc: Any, **attrs: Any) -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(searcher, name, value)
+
+
+@contextlib.asynccontextmanager
+async def own_db(svc: Any, name: str, max_size: int = 4) -> AsyncIterator[Database]:
+    """A pool of the script's own on the service's database (``svc.dsn``), for what it reads or writes
+    behind the service's back: the service's parts, its pool included, are private (a closed facade)."""
+    async with open_bridge() as bridge, Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=max_size,
+                                                      application_name=name) as db:
+        yield db
+
+
+@contextlib.asynccontextmanager
+async def own_searcher(svc: Any, db: Database) -> AsyncIterator[Searcher]:
+    """A `Searcher` over ``db`` built as ``svc`` builds its own (whose parts are private): the lexical
+    arm, the semantic arm where the service runs it — with an embedder child of the script's own,
+    serving before the block starts — and the service's arm limit and ranking policy. For a script that
+    measures the searcher's parts alone (`Searcher.candidates`, an arm) or under another configuration
+    (`searching_with`). Leaving the block stops the child."""
+    status = svc.retrieval()
+    arms: list[Arm] = [LexicalArm()]
+    policy = DEFAULT_POLICY if svc.settings.relevance_floor else DEFAULT_POLICY.unfloored()
+    held = HeldError()
+    async with anyio.create_task_group() as tg:
+        with held:
+            if SemanticArm.name in status.arms:
+                embedder = Embedder(window=svc.settings.semantic_window, threads=svc.settings.embedder_threads)
+                await tg.start(embedder.run)
+                with anyio.fail_after(300):
+                    await embedder.wait_ready()
+                arms.append(SemanticArm(embedder, svc.semantic_version, DIM))
+            searcher = Searcher(db, arms, arm_limit=svc.settings.search_candidates, policy=policy)
+            assert [a.name for a in arms] == status.arms and policy.name == status.ranking, status
+            yield searcher
+        tg.cancel_scope.cancel()
+    held.reraise()
 
 
 # --------------------------------------------------------------------------- loading
@@ -218,7 +259,7 @@ async def ingest_sources(svc: Any, tenant: str, sources: Sequence[Source], concu
     async with anyio.create_task_group() as tg:
         for _ in range(concurrency):
             tg.start_soon(worker)
-    if getattr(svc, "drain", None) is not None:  # the semantic arm: its vectors follow the ingest
+    if SemanticArm.name in svc.retrieval().arms:  # the semantic arm: its vectors follow the ingest
         await svc.wait_embedded(tenant_id=tenant)
     return doc_keys, refused
 

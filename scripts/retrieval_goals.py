@@ -1,9 +1,10 @@
 """Issue 19's goal table, reliability table and candidates-vs-recall curve, for `eval_retrieval.py`.
 
-Each configuration is the service's own `Searcher` with its arms, ranking policy and arm limit
-swapped for the run (`configured`): ``lexical`` / ``semantic`` / ``fused`` arms, ``knowledge-v1``
-(reciprocal-rank fusion, no relevance), the shipped default without its floors (the relevance
-model's order alone) and the shipped default (the calibrated relevance model and its floor).
+Each configuration is a `Searcher` built as the service's own (`retrieval_data.own_searcher`: the
+service's parts are private) with its arms, ranking policy and arm limit swapped for the run
+(`configured`): ``lexical`` / ``semantic`` / ``fused`` arms, ``knowledge-v1`` (reciprocal-rank
+fusion, no relevance), the shipped default without its floors (the relevance model's order alone)
+and the shipped default (the calibrated relevance model and its floor).
 
 docs-dev columns (answerable questions unless said): R@3, R@3 of the paraphrased and the plain
 ones, hit@1, noise@3 (returned passages that answer nothing / passages returned, every question),
@@ -29,7 +30,7 @@ from retrieval_data import answers, median_ms, ndcg_at_k, p99_ms, recall_at_k, s
 
 from knowledge.core.ranking import KNOWLEDGE_V1, RankingPolicy
 from knowledge.models import KnowledgeQuery
-from knowledge.retrieval.search import ARM_LIMIT
+from knowledge.retrieval.search import ARM_LIMIT, Searcher
 from knowledge.service import KnowledgeService
 
 
@@ -43,7 +44,7 @@ class Config:
 
 def configs(svc: KnowledgeService, default: RankingPolicy) -> list[Config]:
     """lexical and (with the semantic arm) fused, under knowledge-v1 and under ``default``."""
-    names = tuple(a.name for a in svc.searcher.arms)
+    names = tuple(svc.retrieval().arms)
     arm_sets = [("lexical", ("lexical",))] + ([("fused", names)] if len(names) > 1 else [])
     if len(names) > 1:
         arm_sets.insert(1, ("semantic", ("semantic",)))
@@ -52,8 +53,8 @@ def configs(svc: KnowledgeService, default: RankingPolicy) -> list[Config]:
     return [Config(f"{label}, {name}", arms, policy) for label, arms in arm_sets for name, policy in policies]
 
 
-def configured(svc: KnowledgeService, cfg: Config) -> contextlib.AbstractContextManager[None]:
-    return searching_with(svc, arms=[a for a in svc.searcher.arms if a.name in cfg.arms], policy=cfg.policy,
+def configured(searcher: Searcher, cfg: Config) -> contextlib.AbstractContextManager[None]:
+    return searching_with(searcher, arms=[a for a in searcher.arms if a.name in cfg.arms], policy=cfg.policy,
                           arm_limit=cfg.arm_limit)
 
 
@@ -83,7 +84,7 @@ class Pairs:
         return rows
 
 
-async def docs_goals(svc: KnowledgeService, tenant: str, questions: Sequence[dict[str, Any]],
+async def docs_goals(searcher: Searcher, tenant: str, questions: Sequence[dict[str, Any]],
                      cfgs: Sequence[Config], pairs: Pairs | None = None) -> list[str]:
     answerable = [i for i, q in enumerate(questions) if not q["unanswerable"]]
     para = [i for i in answerable if questions[i]["paraphrase"]]
@@ -94,14 +95,14 @@ async def docs_goals(svc: KnowledgeService, tenant: str, questions: Sequence[dic
              f"  {'configuration':<34} {'R@3':>6} {'para':>6} {'plain':>6} {'hit@1':>6} {'noise@3':>7} "
              f"{'unans→∅':>8} {'ans→∅':>6} {'p50 ms':>7} {'p99 ms':>7}"]
     for cfg in cfgs:
-        with configured(svc, cfg):
+        with configured(searcher, cfg):
             results, seconds = [], []
             for q in questions:
                 began = time.perf_counter()
-                results.append([p.text for p in await svc.search(ask(tenant, q["question"]))])
+                results.append([p.text for p in await searcher.search(ask(tenant, q["question"]))])
                 seconds.append(time.perf_counter() - began)
                 if pairs is not None and cfg is cfgs[-1] and not q["unanswerable"]:
-                    ten = await svc.search(ask(tenant, q["question"], max_passages=10, budget_tokens=10_000))
+                    ten = await searcher.search(ask(tenant, q["question"], max_passages=10, budget_tokens=10_000))
                     pairs.items += [(p.relevance or 0.0, answers(q, p.text)) for p in ten]
 
         def rate(idx: list[int], k: int = 3, results: list[list[str]] = results) -> float:
@@ -117,18 +118,19 @@ async def docs_goals(svc: KnowledgeService, tenant: str, questions: Sequence[dic
     return lines
 
 
-async def scifact_goals(svc: KnowledgeService, tenant: str, queries: dict[str, str], qrels: dict[str, set[str]],
+async def scifact_goals(searcher: Searcher, tenant: str, queries: dict[str, str], qrels: dict[str, set[str]],
                         keys: dict[UUID, str], cfgs: Sequence[Config], pairs: Pairs | None = None) -> list[str]:
     lines = [f"SciFact test goal table ({len(queries)} claims)",
              f"  {'configuration':<34} {'nDCG@10':>7} {'R@3':>6} {'empty':>6} {'p50 ms':>7}"]
     for cfg in cfgs:
-        with configured(svc, cfg):
+        with configured(searcher, cfg):
             ndcg = r3 = 0.0
             empty = 0
             seconds = []
             for qid, text in queries.items():
                 began = time.perf_counter()
-                ten = await svc.search(ask(tenant, text, max_passages=10, max_per_document=1, budget_tokens=100_000))
+                ten = await searcher.search(ask(tenant, text, max_passages=10, max_per_document=1,
+                                                budget_tokens=100_000))
                 seconds.append(time.perf_counter() - began)
                 docs = [keys[p.document_id] for p in ten]
                 ndcg += ndcg_at_k(docs, qrels[qid], 10)
@@ -141,18 +143,18 @@ async def scifact_goals(svc: KnowledgeService, tenant: str, queries: dict[str, s
     return lines
 
 
-async def limit_curve(svc: KnowledgeService, tenant: str, questions: Sequence[dict[str, Any]], cfg: Config,
+async def limit_curve(searcher: Searcher, tenant: str, questions: Sequence[dict[str, Any]], cfg: Config,
                       limits: Sequence[int] = (5, 10, 20, 30, 50)) -> list[str]:
     """Candidates judged (each arm's limit) against docs-dev R@3 and latency, for a host to pick its point."""
     answerable = [q for q in questions if not q["unanswerable"]]
     lines = [f"candidates per arm judged vs docs-dev R@3 and latency ({cfg.name})",
              f"  {'per arm':>7} {'R@3':>6} {'p50 ms':>7} {'p99 ms':>7}"]
     for limit in limits:
-        with configured(svc, Config(cfg.name, cfg.arms, cfg.policy, limit)):
+        with configured(searcher, Config(cfg.name, cfg.arms, cfg.policy, limit)):
             hits, seconds = 0, []
             for q in answerable:
                 began = time.perf_counter()
-                found = await svc.search(ask(tenant, q["question"]))
+                found = await searcher.search(ask(tenant, q["question"]))
                 seconds.append(time.perf_counter() - began)
                 hits += any(answers(q, p.text) for p in found)
         lines.append(f"  {limit:>7} {hits / len(answerable):>6.3f} {median_ms(seconds):>7.1f} {p99_ms(seconds):>7.1f}")

@@ -38,7 +38,9 @@ from knowledge.core.prepare import IngestRequest
 from knowledge.core.turn import TurnRequest
 from knowledge.models import ArtifactOrigin, KnowledgeDocument, KnowledgeQuery, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.structured import took_effect
+from tests.conftest import open_sql
 
 OPS = ("ingest", "ingest_many", "search", "turn")
 ROUNDS = 30  # per (op, canceller): 8 asyncio cases x 30 = 240 one-shot cancellations, and the scope cases
@@ -58,14 +60,15 @@ class Round:
     """One call of one operation, made ready (its sources stored) before the clock starts."""
 
     svc: KnowledgeService
+    db: Database  # the test's own pool on the service's database: what is there, read behind the service's back
     tenant: str
     op: str
     requests: list[IngestRequest] = field(default_factory=list)
     committed: list[KnowledgeDocument] = field(default_factory=list)  # what on_done reported
 
     @classmethod
-    async def ready(cls, svc: KnowledgeService, tenant: str, op: str) -> Round:
-        r = cls(svc, tenant, op)
+    async def ready(cls, svc: KnowledgeService, db: Database, tenant: str, op: str) -> Round:
+        r = cls(svc, db, tenant, op)
         for n in range({"ingest": 1, "ingest_many": 3}.get(op, 0)):
             ref = await svc.put_artifact(tenant, text(n), media_type="text/markdown", origin=ArtifactOrigin.UPLOAD,
                                           trust=TrustLevel.USER, file_name=f"{n}.md")
@@ -100,9 +103,9 @@ class Round:
         return set(), int(self.op == "turn")
 
 
-async def snapshot(svc: KnowledgeService, tenant: str) -> tuple[set[uuid.UUID], int]:
+async def snapshot(db: Database, tenant: str) -> tuple[set[uuid.UUID], int]:
     """The tenant's documents (each checked whole) and its traces."""
-    rows = await svc.db.fetch(
+    rows = await db.fetch(
         """SELECT d.document_id,
                   (SELECT count(*) FROM knowledge_chunk_sets s WHERE s.tenant_id = d.tenant_id
                      AND s.document_id = d.document_id) AS sets,
@@ -115,13 +118,13 @@ async def snapshot(svc: KnowledgeService, tenant: str) -> tuple[set[uuid.UUID], 
            FROM knowledge_documents d WHERE d.tenant_id = $1""", tenant)
     for r in rows:
         assert (r["sets"], r["events"], r["sources"]) == (1, 1, 1) and r["chunks"] > 0, dict(r)  # whole
-    traces = await svc.db.fetchval("SELECT count(*) FROM knowledge_traces WHERE tenant_id = $1", tenant)
+    traces = await db.fetchval("SELECT count(*) FROM knowledge_traces WHERE tenant_id = $1", tenant)
     return {r["document_id"] for r in rows}, int(traces)
 
 
 async def one_shot(r: Round, canceller: str, delay: float) -> str:
     """Call once under asyncio's one-shot cancellation after ``delay``; check the property."""
-    before_docs, before_traces = await snapshot(r.svc, r.tenant)
+    before_docs, before_traces = await snapshot(r.db, r.tenant)
     result: tuple[Any] | None = None
     requested = False
     outcome = "completed"
@@ -145,7 +148,7 @@ async def one_shot(r: Round, canceller: str, delay: float) -> str:
         else:
             assert not requested, "task.cancel() was accepted and the task finished: the cancellation was lost"
             result = (task.result(),)
-    after_docs, after_traces = await snapshot(r.svc, r.tenant)
+    after_docs, after_traces = await snapshot(r.db, r.tenant)
     told_docs, told_traces = r.told(result)
     assert after_docs - before_docs == told_docs and before_docs <= after_docs
     assert after_traces - before_traces == told_traces
@@ -156,33 +159,33 @@ async def in_scope(r: Round, delay: float) -> str:
     """Call once in a cancel scope whose deadline passes after ``delay`` (trio's and anyio's
     level-triggered cancellation), then checkpoint inside the scope: a call that raises the
     cancellation took no effect, one that returns did, and the scope always catches it."""
-    before_docs, before_traces = await snapshot(r.svc, r.tenant)
+    before_docs, before_traces = await snapshot(r.db, r.tenant)
     result: tuple[Any] | None = None
     with anyio.CancelScope(deadline=anyio.current_time() + delay) as scope:
         result = (await r.call(),)
         await anyio.sleep(2 * delay + 0.05)  # the deadline passes here if it did not during the call
     assert scope.cancelled_caught
-    after_docs, after_traces = await snapshot(r.svc, r.tenant)
+    after_docs, after_traces = await snapshot(r.db, r.tenant)
     told_docs, told_traces = r.told(result)
     assert after_docs - before_docs == told_docs and before_docs <= after_docs
     assert after_traces - before_traces == told_traces
     return "completed" if result is not None else "cancelled"
 
 
-async def median_seconds(svc: KnowledgeService, tenant: str, op: str) -> float:
+async def median_seconds(svc: KnowledgeService, db: Database, tenant: str, op: str) -> float:
     times = []
     for _ in range(5):
-        r = await Round.ready(svc, tenant, op)
+        r = await Round.ready(svc, db, tenant, op)
         began = time.perf_counter()
         await r.call()
         times.append(time.perf_counter() - began)
     return statistics.median(times)
 
 
-def run_rounds(portal: BlockingPortal, svc: KnowledgeService, op: str,
+def run_rounds(portal: BlockingPortal, svc: KnowledgeService, db: Database, op: str,
                check: Callable[[Round, float], Awaitable[str]]) -> dict[str, int]:
     tenant = f"t-{uuid.uuid4().hex[:10]}"
-    typical = portal.call(median_seconds, svc, tenant, op)
+    typical = portal.call(median_seconds, svc, db, tenant, op)
     seen: dict[str, int] = {}
 
     @hypothesis_settings(max_examples=ROUNDS, deadline=None, database=None,
@@ -190,7 +193,7 @@ def run_rounds(portal: BlockingPortal, svc: KnowledgeService, op: str,
     @given(fraction=st.floats(0.0, 2.0))
     def round_(fraction: float) -> None:
         async def go() -> str:
-            return await check(await Round.ready(svc, tenant, op), fraction * typical)
+            return await check(await Round.ready(svc, db, tenant, op), fraction * typical)
 
         outcome = portal.call(go)
         seen[outcome] = seen.get(outcome, 0) + 1
@@ -211,9 +214,10 @@ def test_asyncio_one_shot_cancellation_is_never_lost(database_dsn: str, cancelle
     cancellation is observed, nothing is half-written, and what took effect is what the caller was told."""
     options = {"loop_factory": asyncio.SelectorEventLoop, "debug": True}
     with start_blocking_portal("asyncio", options) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(settings_for(database_dsn))) as svc:
+            KnowledgeService.open(settings_for(database_dsn))) as svc, portal.wrap_async_context_manager(
+            open_sql(database_dsn)) as db:
         for op in OPS:
-            seen = run_rounds(portal, svc, op, lambda r, d: one_shot(r, canceller, d))
+            seen = run_rounds(portal, svc, db, op, lambda r, d: one_shot(r, canceller, d))
             assert sum(seen.values()) == ROUNDS
             assert seen.get("cancelled", 0) + seen.get("cancelled after its effect", 0) > 0  # it was exercised
 
@@ -222,9 +226,10 @@ def test_asyncio_one_shot_cancellation_is_never_lost(database_dsn: str, cancelle
 def test_a_cancel_scope_at_random_moments_is_always_caught_and_raises_only_without_effect(
         database_dsn: str, backend: str) -> None:
     with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(settings_for(database_dsn))) as svc:
+            KnowledgeService.open(settings_for(database_dsn))) as svc, portal.wrap_async_context_manager(
+            open_sql(database_dsn)) as db:
         for op in OPS:
-            seen = run_rounds(portal, svc, op, in_scope)
+            seen = run_rounds(portal, svc, db, op, in_scope)
             assert seen.get("cancelled", 0) > 0
 
 
@@ -236,8 +241,8 @@ def test_asyncio_task_cancelled_at_the_commit_raises_and_says_what_took_effect(d
     (shielded: it commits) — the cancellation is still raised, and `took_effect` holds the document."""
     tenant = f"t-{uuid.uuid4().hex[:10]}"
 
-    async def go(svc: KnowledgeService) -> None:
-        r = await Round.ready(svc, tenant, "ingest")
+    async def go(svc: KnowledgeService, db: Database) -> None:
+        r = await Round.ready(svc, db, tenant, "ingest")
         holder: list[asyncio.Task[Any]] = []
 
         async def hook(at: str, conn: object) -> None:
@@ -257,7 +262,7 @@ def test_asyncio_task_cancelled_at_the_commit_raises_and_says_what_took_effect(d
         assert task.cancelled()
         with pytest.raises(asyncio.CancelledError) as raised:
             task.result()
-        docs, _ = await snapshot(svc, tenant)
+        docs, _ = await snapshot(db, tenant)
         effect = took_effect(raised.value)
         if moment == "before_commit":
             assert effect is None and docs == set()
@@ -266,5 +271,6 @@ def test_asyncio_task_cancelled_at_the_commit_raises_and_says_what_took_effect(d
 
     options = {"loop_factory": asyncio.SelectorEventLoop, "debug": True}
     with start_blocking_portal("asyncio", options) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(settings_for(database_dsn))) as svc:
-        portal.call(go, svc)
+            KnowledgeService.open(settings_for(database_dsn))) as svc, portal.wrap_async_context_manager(
+            open_sql(database_dsn)) as db:
+        portal.call(go, svc, db)

@@ -10,9 +10,11 @@ import anyio
 import pytest
 
 from knowledge.config import Settings
+from knowledge.models import Principal, TrustLevel
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database, open_bridge
-from tests.conftest import child_processes
+from knowledge.store.locks import lock_document
+from tests.conftest import child_processes, open_sql
 
 
 async def _connections_of(dsn: str, app: str) -> int:
@@ -58,20 +60,37 @@ async def test_background_tasks_are_cancelled_and_awaited_on_close(settings: Set
 async def test_exception_inside_the_block_closes_everything(settings: Settings) -> None:
     assert settings.dsn is not None
     with pytest.raises(RuntimeError, match="host failure"):
-        async with KnowledgeService.open(settings) as svc, svc.db.transaction() as tx:
+        async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db, db.transaction() as tx:
             await tx.execute("SELECT 1")
             raise RuntimeError("host failure")
     assert await _connections_of(settings.dsn, settings.application_name) == 0
 
 
 @pytest.mark.anyio
-async def test_cancellation_mid_query_closes_everything(settings: Settings) -> None:
+async def test_cancellation_mid_query_closes_everything(settings: Settings, tenant: str) -> None:
+    """Cancelled while a call of the block and one of a background task wait in the service's
+    connections (on a document's lock, held by the test's own pool)."""
     assert settings.dsn is not None
+    owner = Principal(tenant_id=tenant, principal_id="alice", scopes=frozenset({"knowledge.write"}))
+
+    async def cancel_once_both_wait(db: Database, scope: anyio.CancelScope) -> None:
+        while await db.fetchval(  # noqa: ASYNC110 - polling the database, not an event
+                """SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                   WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()""") < 2:
+            await anyio.sleep(0.01)
+        scope.cancel()
+
     with anyio.fail_after(30):  # hang detector
-        with anyio.move_on_after(0.5) as scope:
-            async with KnowledgeService.open(settings) as svc:
-                svc.start_background("sleeper", svc.db.fetchval, "SELECT pg_sleep(60)")
-                await svc.db.fetchval("SELECT pg_sleep(60)")
+        with anyio.CancelScope() as scope:
+            async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db:
+                ref = await svc.put_artifact(tenant, b"# Doc\n\nThe release is tagged weekly.\n",
+                                             media_type="text/markdown")
+                doc = (await svc.ingest(ref, "Doc", "tenant", owner, origin_trust=TrustLevel.USER)).document_id
+                async with db.transaction() as holder, anyio.create_task_group() as tg:
+                    await lock_document(holder, tenant, doc)
+                    svc.start_background("deleter", svc.delete, doc, owner)
+                    tg.start_soon(cancel_once_both_wait, db, scope)
+                    await svc.delete(doc, owner)
         assert scope.cancelled_caught
     assert await _connections_of(settings.dsn, settings.application_name) == 0
 
@@ -79,9 +98,9 @@ async def test_cancellation_mid_query_closes_everything(settings: Settings) -> N
 @pytest.mark.anyio
 async def test_health_reports_a_broken_database_without_raising(settings: Settings) -> None:
     async with KnowledgeService.open(settings) as svc:
-        async with svc.db.connection() as conn:
-            # Kill every other backend of this service's pool, then use the pool.
-            await conn.execute(
+        async with open_sql(svc.dsn) as db:
+            # Kill every backend of this service's pool (from a pool of the test's own), then use the pool.
+            await db.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name = $1 AND pid <> pg_backend_pid()", settings.application_name)
         health = await svc.health()
@@ -91,16 +110,14 @@ async def test_health_reports_a_broken_database_without_raising(settings: Settin
 
 @pytest.mark.anyio
 async def test_sweeper_runs_in_the_service_task_group(settings: Settings, tenant: str) -> None:
-    from datetime import UTC, datetime
-
     from knowledge.errors import ArtifactNotFound
 
     settings = settings.model_copy(update={"sweep_interval_seconds": 0.05})
-    async with KnowledgeService.open(settings) as svc:
+    async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db:
         ref = await svc.put_artifact(tenant, b"bye", media_type="text/plain")
-        await svc.artifacts.set_expiry(tenant, ref.artifact_id, datetime.now(UTC))
+        await svc.expire_artifacts(tenant, [ref.artifact_id])
         with anyio.fail_after(10):
-            while await svc.db.fetchval(  # noqa: ASYNC110 - polling the database, not an event
+            while await db.fetchval(  # noqa: ASYNC110 - polling the database, not an event
                     "SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant):
                 await anyio.sleep(0.05)
         with pytest.raises(ArtifactNotFound):
@@ -121,8 +138,9 @@ async def test_a_cancelled_block_can_still_use_the_service_in_its_cleanup(settin
             finally:
                 with anyio.CancelScope(shield=True):
                     await anyio.wait_all_tasks_blocked()  # the service's own tasks have seen the cancellation
-                    cleaned_up.append(await svc.db.fetchval("SELECT 1"))
-    assert outer.cancelled_caught and cleaned_up == [1]
+                    health = await svc.health()  # a round trip through the service's pool
+                    cleaned_up.append((health.ok, health.error))
+    assert outer.cancelled_caught and cleaned_up == [(True, None)]
 
 
 @pytest.mark.anyio
@@ -168,14 +186,14 @@ async def test_an_interruption_as_the_service_finishes_opening_closes_it_and_pro
 
     class InterruptedAsItOpens(KnowledgeService):
         @classmethod
-        async def _serve(cls, settings: Settings, closing: anyio.Event, *rest: Any, **named: Any) -> None:
+        async def _serve(cls, settings: Settings, given: Any, closing: anyio.Event, *rest: Any, **named: Any) -> None:
             closings.append(Watched(closing))
-            await super()._serve(settings, closings[-1], *rest, **named)  # type: ignore[arg-type]
+            await super()._serve(settings, given, closings[-1], *rest, **named)  # type: ignore[arg-type]
 
         @classmethod
         @contextlib.asynccontextmanager
-        async def _opened(cls, settings: Settings) -> AsyncIterator[KnowledgeService]:
-            async with super()._opened(settings) as svc:
+        async def _opened(cls, settings: Settings, *given: Any) -> AsyncIterator[KnowledgeService]:
+            async with super()._opened(settings, *given) as svc:
                 outer.cancel()
                 yield svc
 

@@ -14,6 +14,7 @@ from knowledge.core.render import parse_knowledge_block
 from knowledge.errors import IngestRefused, ToolRefused, ToolRegistryError
 from knowledge.models import ArtifactOrigin, Authority, Principal, TrustLevel
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.tools import (
     HOST_SCOPE_COUNT,
     INGEST_TOOL,
@@ -156,8 +157,9 @@ async def test_service_refusals_keep_their_reason(service: KnowledgeService, ten
     (ArtifactOrigin.TOOL_OUTPUT, Authority.FETCHED),
     (ArtifactOrigin.MODEL_OUTPUT, Authority.FETCHED),
 ])
-async def test_the_agent_cannot_choose_its_documents_authority(
-        service: KnowledgeService, tenant: str, stored_origin: ArtifactOrigin, authority: Authority) -> None:
+async def test_the_agent_cannot_choose_its_documents_authority(service: KnowledgeService, sql: Database, tenant: str,
+                                                              stored_origin: ArtifactOrigin,
+                                                              authority: Authority) -> None:
     """Authority is a ranking input: it comes from how the bytes reached the store, never from the
     tool's arguments — an ``authority`` argument is refused before any work, and a ref whose copy
     claims another origin than the stored one gets the stored one's."""
@@ -170,7 +172,7 @@ async def test_the_agent_cannot_choose_its_documents_authority(
     assert caught.value.reason == "invalid_arguments" and "authority" in caught.value.message
     assert nothing_but_inputs(await footprint(service, tenant))
     done = await registry().call("knowledge.ingest", args, context(tenant), service)
-    stored = await service.db.fetchval("SELECT authority FROM knowledge_documents WHERE tenant_id = $1 "
-                                       "AND document_id = $2", tenant, uuid.UUID(done.data["document_id"]))
+    stored = await sql.fetchval("SELECT authority FROM knowledge_documents WHERE tenant_id = $1 "
+                                "AND document_id = $2", tenant, uuid.UUID(done.data["document_id"]))
     assert stored == authority.value == admission_authority(stored_origin).value
     assert "authority" not in INGEST_TOOL.json_schema()["properties"]

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -47,11 +46,10 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from knowledge.core.prepare import IngestRequest, PreparedDocument, dated
 from knowledge.errors import CommitUnknown, KnowledgeError
-from knowledge.ingest.ingestor import Ingestor, document_of
+from knowledge.ingest.ingestor import Ingestor, document_of, document_write
 from knowledge.models import ArtifactRef, KnowledgeDocument
-from knowledge.store.artifacts import Opened, ref_from_row
-from knowledge.store.documents import BULK_SQL, CHUNK_ARRAY_COLUMNS, chunk_columns
-from knowledge.vocabulary import INGESTED_EVENT
+from knowledge.store.artifacts import Opened
+from knowledge.store.ingest_writes import write_documents
 
 _log = logging.getLogger(__name__)
 
@@ -264,38 +262,22 @@ class _Attempt:
 
 async def _write_bulk(ingestor: Ingestor, group: list[_Prepared], attempt: _Attempt) -> list[KnowledgeDocument]:
     tenant = group[0].request.principal.tenant_id
-    docs: list[list[object]] = [[] for _ in range(14)]
-    chunks: list[list[object]] = [[] for _ in range(2 + len(CHUNK_ARRAY_COLUMNS))]
-    for p in group:
-        r, prepared = p.request, p.prepared
-        assert r.document_id is not None
-        payload = {"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
-                   "source_sha256": p.source.sha256, "media_type": p.source.media_type,
-                   "instruction_like_chunks": prepared.instruction_like_count}
-        for column, value in zip(docs, (
-                p.source.artifact_id, uuid.uuid4(), p.source.sha256, r.document_id, r.principal.principal_id,
-                r.visibility.value, r.project_scope, r.title, r.doc_date, r.authority.value,
-                prepared.chunker_version, r.sensitivity.value, len(prepared.chunks), json.dumps(payload)),
-                strict=True):
-            column.append(value)
-        columns = chunk_columns(tenant, r.document_id, 1, prepared)[4:]
-        chunks[0].extend([r.document_id] * len(prepared.chunks))
-        chunks[1].extend([prepared.chunker_version] * len(prepared.chunks))
-        for target, values in zip(chunks[2:], columns, strict=True):
-            target.extend(values)
+    ids = [p.request.document_id for p in group]
+    assert all(ids)  # (a group's documents are new, each with its id chosen)
+    writes = [document_write(p.request, p.source, d, 1, p.prepared) for p, d in zip(group, ids, strict=True) if d]
     # The single path's fault points (`knowledge.ingest.ingestor.FaultHook`), once per group.
     async with ingestor.db.transaction(on_commit=functools.partial(ingestor.fault, "commit", None)) as tx:
         await ingestor.fault("before_write", tx)
-        rows = await tx.fetch(BULK_SQL, tenant, *docs, INGESTED_EVENT, ingestor.embed_version, *chunks)
-        by_id = {row["document_id"]: row for row in rows}
-        for p in group:
-            row = by_id.get(p.request.document_id)
-            if row is None or row["artifact_id"] is None or row["ingested_at"] is None:
-                raise _GroupRefused(f"document {p.request.document_id} could not be written in the group")
+        by_id = await write_documents(tx, tenant_id=tenant, documents=writes, embed_version=ingestor.embed_version)
+        documents = []
+        for p, write in zip(group, writes, strict=True):
+            written = by_id.get(write.document_id)
+            if written is None or written.source is None or written.ingested_at is None:
+                raise _GroupRefused(f"document {write.document_id} could not be written in the group")
+            documents.append(document_of(p.request, write.document_id, 1, written.source, p.source.media_type,
+                                         p.prepared.chunker_version, written.ingested_at))
         await ingestor.fault("before_commit", tx)
         attempt.commit_sent = True  # leaving the block sends COMMIT
     with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
         await ingestor.fault("after_commit", tx)
-    return [document_of(p.request, p.request.document_id, 1, ref_from_row(by_id[p.request.document_id]),
-                        p.source.media_type, p.prepared.chunker_version, by_id[p.request.document_id]["ingested_at"])
-            for p in group if p.request.document_id is not None]
+    return documents

@@ -22,7 +22,6 @@ artifact is never modified or deleted.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,31 +43,23 @@ from knowledge.models import (
     Visibility,
 )
 from knowledge.parsers.base import ExtractorRegistry
-from knowledge.store.artifacts import ArtifactStore, Opened, ref_from_row
+from knowledge.store.artifacts import ArtifactStore, Opened
 from knowledge.store.db import Connection, Database, is_transient
-from knowledge.store.documents import (
-    CHUNK_SET,
-    CHUNKS_SQL,
-    COMMITTED,
-    END_LIVE_SET,
-    INGEST_SQL,
-    INSERT_CHUNK_SET,
-    LIVE_DOCUMENT,
-    LIVE_VERSION,
-    NOW,
-    QUEUE_SET_SQL,
-    RECHUNKED_EVENT,
-    REVIVE_CHUNK_SET,
-    SET_CHUNKER_VERSION,
-    chunk_columns,
-    count_outcome,
-    supersede,
-)
+from knowledge.store.documents import count_outcome, supersede
 from knowledge.store.faults import Faults
+from knowledge.store.ingest_writes import (
+    DocumentWrite,
+    chunk_set_live,
+    committed_version,
+    live_version,
+    live_version_number,
+    switch_chunk_set,
+    write_document,
+)
 from knowledge.store.locks import lock_document
 from knowledge.store.retry import retry_transient, unavailable
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
-from knowledge.vocabulary import INGESTED_EVENT, WRITE_SCOPE
+from knowledge.vocabulary import WRITE_SCOPE
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -214,35 +205,24 @@ class Ingestor:
         that set live again (its chunks and citations are the same), its earlier live periods kept
         for ``as_of``."""
         tenant = principal.tenant_id
-        doc = await self.db.fetchrow(LIVE_DOCUMENT, tenant, document_id)
+        doc = await live_version(self.db, tenant_id=tenant, document_id=document_id)
         if doc is None:
             raise IngestRefused("document_not_found", f"no live document {document_id}")
-        if doc["ingested_by_principal_id"] != principal.principal_id:
+        if doc.ingested_by != principal.principal_id:
             raise IngestRefused("not_document_owner", "only the principal who ingested a document may re-chunk it")
-        _, prepared = await self._read_and_prepare(tenant, doc["source_artifact_id"], doc["title"], chunker=chunker)
+        _, prepared = await self._read_and_prepare(tenant, doc.source_artifact_id, doc.title, chunker=chunker)
         async with self.db.transaction() as tx:
             await lock_document(tx, tenant, document_id)
-            live = await tx.fetchval(LIVE_VERSION, tenant, document_id)
-            if live != doc["version"]:
+            if await live_version_number(tx, tenant_id=tenant, document_id=document_id) != doc.version:
                 raise IngestRefused("document_changed", "a new version arrived meanwhile; re-chunk that one")
-            earlier = await tx.fetchrow(CHUNK_SET, tenant, document_id, live, prepared.chunker_version)
-            if earlier is not None and earlier["superseded_at"] is None:
+            live = await chunk_set_live(tx, tenant_id=tenant, document_id=document_id, version=doc.version,
+                                        chunker_version=prepared.chunker_version)
+            if live:
                 raise IngestRefused("already_chunked", f"the live chunk set is {prepared.chunker_version} already")
-            now = await tx.fetchval(NOW)
-            await tx.execute(END_LIVE_SET, tenant, document_id, live, now)
-            if earlier is None:
-                await tx.execute(INSERT_CHUNK_SET, tenant, document_id, live, prepared.chunker_version,
-                                 len(prepared.chunks), now)
-                await tx.execute(CHUNKS_SQL, *chunk_columns(tenant, document_id, live, prepared))
-            else:  # back to a set it had: the same chunks (same source, same chunker), live again
-                await tx.execute(REVIVE_CHUNK_SET, tenant, document_id, live, prepared.chunker_version, now)
-            if self.embed_version is not None:  # (a set made live again: only its chunks without vectors)
-                await tx.execute(QUEUE_SET_SQL, tenant, document_id, live, prepared.chunker_version,
-                                 self.embed_version, len(prepared.chunks))
-            await tx.execute(SET_CHUNKER_VERSION, tenant, document_id, live, prepared.chunker_version)
-            await tx.execute(RECHUNKED_EVENT, tenant, document_id, live, principal.principal_id,
-                             json.dumps({"from": doc["chunker_version"], "to": prepared.chunker_version,
-                                         "chunk_count": len(prepared.chunks)}))
+            # A set it had before (superseded): the same chunks (same source, same chunker), live again.
+            await switch_chunk_set(tx, tenant_id=tenant, document_id=document_id, version=doc.version,
+                                   prepared=prepared, revive=live is False, embed_version=self.embed_version,
+                                   principal_id=principal.principal_id, from_chunker_version=doc.chunker_version)
         self.wake_drain()
         return len(prepared.chunks)
 
@@ -284,27 +264,18 @@ class Ingestor:
             # its chunk set, the event and the outcome counter.
             await self.fault("before_write", tx)
             # One statement writes everything (see INGEST_SQL): one round trip, whatever the size.
-            columns = chunk_columns(tenant, document_id, attempt.version, prepared)
-            row = await tx.fetchrow(
-                INGEST_SQL, tenant, source.artifact_id, uuid.uuid4(), source.sha256, document_id, attempt.version,
-                request.principal.principal_id, request.visibility.value, request.project_scope, request.title,
-                request.doc_date, request.authority.value, prepared.chunker_version, request.sensitivity.value,
-                len(prepared.chunks), INGESTED_EVENT,
-                json.dumps({"chunk_count": len(prepared.chunks), "chunker_version": prepared.chunker_version,
-                            "source_sha256": source.sha256, "media_type": source.media_type,
-                            "instruction_like_chunks": prepared.instruction_like_count}),
-                *columns[4:], self.embed_version,
-            )
-            if row is None or row["artifact_id"] is None:
+            written = await write_document(tx, tenant_id=tenant, document=document_write(
+                request, source, document_id, attempt.version, prepared), embed_version=self.embed_version)
+            if written.source is None:
                 raise IngestRefused("source_not_found", "the source vanished during ingest")
-            if row["ingested_at"] is None:
+            if written.ingested_at is None:
                 raise IngestRefused("document_exists", f"document {document_id} already exists")
             await self.fault("before_commit", tx)
             attempt.commit_sent = True  # leaving the block sends COMMIT (shielded: see `call_in_group`)
         with anyio.CancelScope(shield=True):  # committed: nothing may turn this into a cancellation now
             await self.fault("after_commit", tx)
-        return document_of(request, document_id, attempt.version, ref_from_row(row), source.media_type,
-                         prepared.chunker_version, row["ingested_at"])
+        return document_of(request, document_id, attempt.version, written.source, source.media_type,
+                           prepared.chunker_version, written.ingested_at)
 
     async def resolve_commit(self, request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID,
                              version: int) -> KnowledgeDocument | None:
@@ -324,12 +295,14 @@ class Ingestor:
                          version: int) -> KnowledgeDocument | None:
         """The version an attempt wrote, if its COMMIT took effect: same id and version, written by
         the same principal from a source with the same SHA-256."""
-        row = await self.db.fetchrow(
-            COMMITTED, request.principal.tenant_id, document_id, version, request.principal.principal_id, source.sha256)
-        if row is None:
+        await self.fault("resolve", None)
+        found = await committed_version(self.db, tenant_id=request.principal.tenant_id, document_id=document_id,
+                                        version=version, principal_id=request.principal.principal_id,
+                                        source_sha256=source.sha256)
+        if found is None:
             return None
-        return document_of(request, document_id, version, ref_from_row(row), source.media_type,
-                         row["chunker_version"], row["ingested_at"])
+        return document_of(request, document_id, version, found.source, source.media_type, found.chunker_version,
+                           found.ingested_at)
 
     async def count_refusal(self, tenant: str, reason: str) -> None:
         """Count a refusal decided before this ingestor saw the request (the tool layer's)."""
@@ -352,6 +325,15 @@ class _Attempt:
 
     version: int = 1
     commit_sent: bool = False
+
+
+def document_write(request: IngestRequest, source: ArtifactRef, document_id: uuid.UUID, version: int,
+                   prepared: PreparedDocument) -> DocumentWrite:
+    """What the store writes for ``request``: its document version, copied from ``source``."""
+    return DocumentWrite(source=source, document_id=document_id, version=version,
+                         principal_id=request.principal.principal_id, visibility=request.visibility.value,
+                         project_scope=request.project_scope, title=request.title, doc_date=request.doc_date,
+                         authority=request.authority.value, sensitivity=request.sensitivity.value, prepared=prepared)
 
 
 def document_of(request: IngestRequest, document_id: uuid.UUID, version: int, source_ref: ArtifactRef,

@@ -221,6 +221,7 @@ class AttachmentWorker:
     async def step(self) -> int:
         """Claim a batch (up to ``batch`` attachments) and see it through; return how many were
         claimed (0: nothing was claimable). Cancellation: as `run`."""
+        await self._ingestor.faults.worker("claim")
         claims = await self.queue.claim(self.worker_id, self.options.lease_seconds, self.options.tenant_id,
                                         max_attempts=self.options.max_attempts, limit=self.options.batch)
         for claim in claims:

@@ -671,18 +671,20 @@ def test_worker_runs_until_sigterm(database_dsn: str) -> None:
 async def _attachments_with_a_dead_worker(dsn: str, tenant: str) -> None:
     """Three owner-sent attachments: one ingested, one refused (a secret), one ingesting under the
     expired lease of a worker that died."""
+    from tests.conftest import open_sql
     from tests.helpers.attachments import markdown, owner, upload, worker
+    from tests.helpers.kit import Kit
 
     secret = b"# Deploy\n\nexport AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ3kq8nT2b\n"
     settings = Settings(dsn=dsn, sweep_interval_seconds=None)
-    async with KnowledgeService.open(settings) as svc:
+    async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db:
         refs = [await upload(svc, tenant, data, name) for data, name in
                 ((markdown("Upgrades"), "upgrades.md"), (secret, "deploy.md"))]
         await svc.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
-        assert await worker(svc, tenant).drain() == 2
+        assert await worker(Kit(db), tenant).drain() == 2
         stuck = await upload(svc, tenant, markdown("Backups"), "backups.md")
         await svc.mark_attachments(owner(tenant), [stuck.artifact_id], conversation_id="c1")
-        await svc.db.execute(
+        await db.execute(
             """UPDATE artifacts SET attachment_state = 'ingesting', attachment_attempts = 1, lease_owner = 'dead',
                       lease_expires_at = clock_timestamp() - interval '1 minute'
                WHERE tenant_id = $1 AND artifact_id = $2""", tenant, stuck.artifact_id)

@@ -46,7 +46,7 @@ async def _ingest(dsn: str, tenant: str, text: str, document_ids: Sequence[uuid.
             ref = await svc.put_artifact(tenant, text.encode(), media_type="text/markdown", file_name=f"n{n}.md")
             doc = await svc.ingest(ref, f"n{n}.md", "tenant", principal, origin_trust=TrustLevel.USER,
                                    document_id=document_id)
-            detail = await svc.catalog.document(tenant, doc.document_id)
+            detail = await svc.document(doc.document_id, tenant_id=tenant)
             assert detail is not None
             ids.append(detail.chunks[0].chunk_id)
     return ids

@@ -14,6 +14,7 @@ from knowledge.core.dates import EDITION_KEYS, PUBLISHED_KEYS, front_matter_date
 from knowledge.core.prepare import IngestRequest, dated, prepare
 from knowledge.models import Principal
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.vocabulary import TrustLevel, Visibility
 from tests.ingest.test_ingest import put
 
@@ -68,7 +69,8 @@ def test_only_markdown_states_a_date_and_the_callers_date_wins() -> None:
 
 
 @pytest.mark.anyio
-async def test_an_ingested_document_gets_the_date_its_source_states(service: KnowledgeService, tenant: str) -> None:
+async def test_an_ingested_document_gets_the_date_its_source_states(service: KnowledgeService, sql: Database,
+                                                                   tenant: str) -> None:
     writer = Principal(tenant_id=tenant, principal_id="alice", scopes=frozenset({"knowledge.write"}))
     text = ("---\ntitle: Guide\ndate: 2021-06-01\nlastmod: 2024-03-05\n---\n\n"
             "# Guide\n\nRoll back by reverting the tag.\n")
@@ -82,7 +84,7 @@ async def test_an_ingested_document_gets_the_date_its_source_states(service: Kno
         source=await put(service, tenant, text + "\nBulk.\n"), title="Guide 3", visibility=Visibility.TENANT,
         principal=writer, origin_trust=TrustLevel.USER)])
     assert getattr(many[0], "doc_date", None) == date(2024, 3, 5), many
-    stored = await service.db.fetch("SELECT title, doc_date FROM knowledge_documents WHERE tenant_id = $1", tenant)
+    stored = await sql.fetch("SELECT title, doc_date FROM knowledge_documents WHERE tenant_id = $1", tenant)
     assert {r["title"]: r["doc_date"] for r in stored} == {
         "Guide": date(2024, 3, 5), "Guide 2": date(2020, 1, 1), "Guide 3": date(2024, 3, 5)}
 

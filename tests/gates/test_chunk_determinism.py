@@ -37,6 +37,7 @@ from knowledge.errors import IngestRefused
 from knowledge.models import ArtifactOrigin, TrustLevel
 from knowledge.parsers.pdf import PDF_TEXT_VERSION, PdfExtractor
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from tests.core.test_chunking import Section, markdown_doc
 from tests.ingest.test_versions import owner
 from tests.parsers.test_pdf_extract import body, make_pdf
@@ -68,9 +69,9 @@ SOURCES = {"text/plain": PLAIN.encode(), "text/markdown": MARKDOWN.format(n=24).
            "application/pdf": pdf_bytes()}
 
 
-async def chunks_of(svc: KnowledgeService, tenant: str, document_id: uuid.UUID) -> list[tuple[str, int, str, str]]:
+async def chunks_of(db: Database, tenant: str, document_id: uuid.UUID) -> list[tuple[str, int, str, str]]:
     """The live chunk set as stored: (chunk id, ordinal, chunker version, text), in order."""
-    rows = await svc.db.fetch(
+    rows = await db.fetch(
         """SELECT c.chunk_id, c.ordinal, c.chunker_version, c.text, c.content_sha256 FROM knowledge_chunks c
            JOIN knowledge_documents d USING (tenant_id, document_id, version, chunker_version)
            WHERE c.tenant_id = $1 AND c.document_id = $2 AND d.valid_to IS NULL ORDER BY c.ordinal""",
@@ -91,14 +92,15 @@ async def ingest(svc: KnowledgeService, tenant: str, media_type: str, data: byte
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("media_type", list(SOURCES))
-async def test_gate_chunk_determinism_through_ingest_and_rechunk(service: KnowledgeService, media_type: str) -> None:
+async def test_gate_chunk_determinism_through_ingest_and_rechunk(service: KnowledgeService, sql: Database,
+                                                                  media_type: str) -> None:
     """The same bytes ingested twice (two tenants) are cut into the same chunks under the same
     version; a re-chunk away and back restores the very same chunk ids; the current chunker again
     is refused as already chunked."""
     data = SOURCES[media_type]
     tenants = [f"det-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     docs = [await ingest(service, t, media_type, data) for t in tenants]
-    first, second = [await chunks_of(service, t, d) for t, d in zip(tenants, docs, strict=True)]
+    first, second = [await chunks_of(sql, t, d) for t, d in zip(tenants, docs, strict=True)]
     assert len(first) >= 2
     assert [c[1:] for c in first] == [c[1:] for c in second]  # same boundaries, texts and version
     version = first[0][2]
@@ -112,10 +114,10 @@ async def test_gate_chunk_determinism_through_ingest_and_rechunk(service: Knowle
         await service.rechunk(doc, current, owner(tenant))
     other = MarkdownChunker() if media_type == "text/plain" else PlainTextChunker()
     assert await service.rechunk(doc, other, owner(tenant)) >= 1
-    moved = await chunks_of(service, tenant, doc)
+    moved = await chunks_of(sql, tenant, doc)
     assert {c[0] for c in moved}.isdisjoint({c[0] for c in first}) and moved[0][2] != version
     await service.rechunk(doc, current, owner(tenant))
-    assert await chunks_of(service, tenant, doc) == first  # back: the same ids, the same texts
+    assert await chunks_of(sql, tenant, doc) == first  # back: the same ids, the same texts
 
 
 def test_chunker_versions_name_the_parsers_that_move_boundaries() -> None:

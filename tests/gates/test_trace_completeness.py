@@ -25,6 +25,7 @@ from knowledge.models import KnowledgeChunk, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 from knowledge.store.traces import resolve_chunks
 from knowledge.tools import ToolContext, ToolResult
+from tests.conftest import open_sql
 from tests.retrieval.test_turn import TOPICS, ingest_corpus, request
 from tests.test_tools import registry
 
@@ -58,7 +59,7 @@ def test_gate_trace_completeness(database_dsn: str, backend: str) -> None:
     tenant = f"t-{uuid.uuid4().hex[:10]}"
     seen = {"rendered": 0, "yielded": 0, "empty": 0, "tool_passages": 0}
     with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(cfg)) as svc:
+            KnowledgeService.open(cfg)) as svc, portal.wrap_async_context_manager(open_sql(database_dsn)) as db:
         portal.call(ingest_corpus, svc, tenant)
 
         @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -78,7 +79,7 @@ def test_gate_trace_completeness(database_dsn: str, backend: str) -> None:
             stored = portal.call(lambda: svc.operator_trace(result.trace.trace_id, tenant_id=tenant))
             assert stored is not None
             assert stored.model_copy(update={"tool_calls": []}) == result.trace  # what the turn returned was committed
-            resolved = portal.call(resolve_chunks, svc.db, tenant, [p.chunk_id for p in stored.all_passages()])
+            resolved = portal.call(resolve_chunks, db, tenant, [p.chunk_id for p in stored.all_passages()])
             texts = {cid: c.text for cid, c in resolved.items() if isinstance(c, KnowledgeChunk)}
             assert_tool_calls_traced(stored, called, texts)
             assert portal.call(lambda: svc.check_trace(stored.trace_id, tenant_id=tenant)).ok
@@ -108,13 +109,13 @@ def test_gate_trace_completeness_of_a_search_outside_a_turn(database_dsn: str, b
     cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4, relevance_floor=False)
     tenant = f"t-{uuid.uuid4().hex[:10]}"
     with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(cfg)) as svc:
+            KnowledgeService.open(cfg)) as svc, portal.wrap_async_context_manager(open_sql(database_dsn)) as db:
         portal.call(ingest_corpus, svc, tenant)
         result = portal.call(registry().call, "knowledge.search", {"text": "rollback quorum"},
                              tool_context(tenant, None), svc)
         stored = portal.call(lambda: svc.operator_trace(uuid.UUID(result.data["trace_id"]), tenant_id=tenant))
         assert stored is not None and stored.surface == "tool" and stored.passages == []
-        resolved = portal.call(resolve_chunks, svc.db, tenant, [p.chunk_id for p in stored.all_passages()])
+        resolved = portal.call(resolve_chunks, db, tenant, [p.chunk_id for p in stored.all_passages()])
         assert_tool_calls_traced(stored, [result], {c: k.text for c, k in resolved.items()
                                                      if isinstance(k, KnowledgeChunk)})
         assert result.data["passages"] and portal.call(lambda: svc.check_trace(stored.trace_id, tenant_id=tenant)).ok

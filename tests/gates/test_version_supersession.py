@@ -13,11 +13,12 @@ import pytest
 
 from knowledge.models import KnowledgeChunk, Viewer
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from tests.ingest.test_versions import V1, V2, ingest, query
 
 
 @pytest.mark.anyio
-async def test_gate_version_supersession(service: KnowledgeService, tenant: str) -> None:
+async def test_gate_version_supersession(service: KnowledgeService, sql: Database, tenant: str) -> None:
     doc = await ingest(service, tenant, V1)
     old = await service.search(query(tenant, "pelican procedure"))
     assert [p.document_id for p in old] == [doc]
@@ -32,7 +33,7 @@ async def test_gate_version_supersession(service: KnowledgeService, tenant: str)
     assert await service.search(query(tenant, "albatross", as_of=between)) == []
     cited = await service.get_chunk(old[0].chunk_id, viewer=Viewer(tenant_id=tenant, principal_id="bob"))
     assert isinstance(cited, KnowledgeChunk) and cited.version == 1 and "pelican" in cited.text
-    versions = await service.db.fetch(
+    versions = await sql.fetch(
         "SELECT version, valid_to IS NULL AS live, superseded_by FROM knowledge_documents "
         "WHERE tenant_id = $1 ORDER BY version", tenant)
     assert [(r["version"], r["live"], r["superseded_by"]) for r in versions] == [(1, False, doc), (2, True, None)]

@@ -32,11 +32,14 @@ from hypothesis.stateful import (
 from knowledge.config import Settings
 from knowledge.core.turn import TurnRequest
 from knowledge.models import KnowledgeQuery, Principal, Sensitivity, TrustLevel, Viewer, Visibility
+from knowledge.retrieval.search import Arm, LexicalArm, Searcher
 from knowledge.semantic.encoder import available
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.tools import ToolContext
+from tests.conftest import open_sql
 from tests.retrieval.test_search import ingest_text
-from tests.semantic.test_semantic import arms, semantic_settings
+from tests.semantic.test_semantic import Semantic, arms, semantic_service
 from tests.test_tools import registry
 
 TENANTS = ["ta", "tb", "tc"]
@@ -71,6 +74,10 @@ class VisibilityMachine(RuleBasedStateMachine):
 
     portal: BlockingPortal
     svc: KnowledgeService
+    #: The test's own pool on the service's database, and a searcher over it with the service's arms
+    #: (the service's parts are private): for the arms' candidates, before ranking.
+    db: Database
+    searcher: Searcher
 
     def __init__(self) -> None:
         super().__init__()
@@ -112,7 +119,7 @@ class VisibilityMachine(RuleBasedStateMachine):
         query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
                                text=" ".join(words), sensitivity_ceiling=ceiling, max_passages=50,
                                budget_tokens=100_000, max_per_document=5, min_score=-1e9)
-        candidates = self.portal.call(self.svc.searcher.candidates, query)
+        candidates = self.portal.call(self.searcher.candidates, query)
         passages = self.portal.call(self.svc.search, query)
         for doc_id in [c.document_id for c in candidates] + [p.document_id for p in passages]:
             facts = self.docs.get(doc_id)
@@ -121,7 +128,7 @@ class VisibilityMachine(RuleBasedStateMachine):
         # And nothing admissible that matches is withheld (the predicates do not over-filter).
         visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
         if visible and "cluster" in words:
-            assert {c.document_id for c in candidates} == visible or len(candidates) == self.svc.searcher.arm_limit
+            assert {c.document_id for c in candidates} == visible or len(candidates) == self.searcher.arm_limit
         self.results += len(candidates)
         self.chunks.update({c.chunk_id: c.document_id for c in candidates})
 
@@ -199,13 +206,20 @@ class VisibilityMachine(RuleBasedStateMachine):
         assert all(f.tenant.endswith(self.run) for f in self.docs.values())
 
 
+def share(machine: type[VisibilityMachine], portal: BlockingPortal, svc: KnowledgeService, db: Database,
+          searched: list[Arm]) -> None:
+    """Hand the machine the service, the test's pool and a searcher with the service's arms."""
+    assert [arm.name for arm in searched] == svc.retrieval().arms
+    machine.portal, machine.svc, machine.db = portal, svc, db
+    machine.searcher = Searcher(db, searched, arm_limit=svc.settings.search_candidates)
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_gate_visibility_isolation(database_dsn: str, backend: str) -> None:
     cfg = Settings(dsn=database_dsn, sweep_interval_seconds=None, pool_max_size=4)
     with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(cfg)) as svc:
-        VisibilityMachine.portal = portal
-        VisibilityMachine.svc = svc
+            KnowledgeService.open(cfg)) as svc, portal.wrap_async_context_manager(open_sql(database_dsn)) as db:
+        share(VisibilityMachine, portal, svc, db, [LexicalArm()])
         run_state_machine_as_test(VisibilityMachine, settings=settings(
             max_examples=12, stateful_step_count=25, deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
@@ -219,6 +233,8 @@ class SemanticVisibilityMachine(VisibilityMachine):
     arm's own candidates — from the exact pass and from the HNSW index with iterative scans — are
     all admissible, and it withholds nothing admissible (every document matches it somewhat)."""
 
+    semantic: Semantic  # the service and the parts it was handed (`SemanticParts`), the arm among them
+
     @rule(tenant=st.sampled_from(TENANTS), principal=st.sampled_from(PRINCIPALS),
           scope=st.sampled_from([None, *PROJECTS]), ceiling=st.sampled_from(list(Sensitivity)),
           words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
@@ -226,12 +242,12 @@ class SemanticVisibilityMachine(VisibilityMachine):
         super().search(tenant, principal, scope, ceiling, words)
         query = KnowledgeQuery(tenant_id=self.tenant(tenant), principal_id=principal, current_scope=scope,
                                text=" ".join(words), sensitivity_ceiling=ceiling)
-        _, sem = arms(self.svc)
+        _, sem = arms(self.semantic)
         self.portal.call(functools.partial(self.svc.wait_embedded, tenant_id=self.tenant(tenant)))
         visible = {d for d, f in self.docs.items() if admits(f, self.tenant(tenant), principal, scope, ceiling)}
         for exact_max in (10**9, 0):  # the exact pass, then the HNSW index
             sem.exact_max_windows = exact_max
-            found = self.portal.call(sem.search, self.svc.db, query, 50)
+            found = self.portal.call(sem.search, self.db, query, 50)
             for c in found:
                 facts = self.docs.get(c.document_id)
                 assert facts is not None, "a semantic candidate from a document this run never ingested"
@@ -243,9 +259,9 @@ class SemanticVisibilityMachine(VisibilityMachine):
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_gate_visibility_isolation_semantic_arm(database_dsn: str, backend: str) -> None:
     with start_blocking_portal(backend) as portal, portal.wrap_async_context_manager(
-            KnowledgeService.open(semantic_settings(database_dsn))) as svc:
-        SemanticVisibilityMachine.portal = portal
-        SemanticVisibilityMachine.svc = svc
+            semantic_service(database_dsn)) as made:
+        share(SemanticVisibilityMachine, portal, made.svc, made.db, list(arms(made)))
+        SemanticVisibilityMachine.semantic = made
         run_state_machine_as_test(SemanticVisibilityMachine, settings=settings(
             max_examples=5, stateful_step_count=20, deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))

@@ -82,7 +82,7 @@ def secret_text() -> str:
 
 
 class Gate:
-    """A fault hook for `Ingestor.fault_hook` that holds ingests at ``step`` until opened, or fails
+    """A fault hook for `Faults.ingest_step` that holds ingests at ``step`` until opened, or fails
     them: ``reached`` is set once an ingest is held; ``fail`` raises that many times first."""
 
     def __init__(self, step: str = "before_commit", *, hold: int = 0,

@@ -23,7 +23,10 @@ from knowledge.maintenance.audit import audit_storage
 from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibility
 from knowledge.parsers.base import ExtractorRegistry
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
+from tests.conftest import open_sql
+from tests.helpers.kit import Kit
 from tests.ingest.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
 
 pytestmark = pytest.mark.anyio
@@ -61,11 +64,13 @@ def single_writes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 async def whole_documents(svc: KnowledgeService, tenant: str) -> None:
     """Every stored document of ``tenant`` is whole and the term statistics equal a recount."""
-    audit = await audit_storage(svc.db, None, [tenant])
+    async with open_sql(svc.dsn) as db:
+        audit = await audit_storage(db, None, [tenant])
     assert audit.ok, audit
 
 
-async def test_a_folder_with_refusals_in_the_middle_ingests_the_rest(service: KnowledgeService, tenant: str,
+async def test_a_folder_with_refusals_in_the_middle_ingests_the_rest(service: KnowledgeService, sql: Database,
+                                                                     tenant: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ingest_bulk, "GROUP_DOCUMENTS", 4)  # several groups
     singles = single_writes(monkeypatch)
@@ -86,7 +91,7 @@ async def test_a_folder_with_refusals_in_the_middle_ingests_the_rest(service: Kn
     assert singles == []  # every group was written in one statement
     found = await footprint(service, tenant)
     assert (found["documents"], found["chunk_sets"], found["events"], found["sources"]) == (7, 7, 7, 7)
-    stored = {r["document_id"] for r in await service.db.fetch(
+    stored = {r["document_id"] for r in await sql.fetch(
         "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
     assert stored == {d.document_id for d in docs}
     stats = await service.ingest_stats(tenant)
@@ -98,7 +103,7 @@ async def test_a_folder_with_refusals_in_the_middle_ingests_the_rest(service: Kn
                                   writer(f"{tenant}-1"), origin_trust=TrustLevel.USER)
 
     async def chunks(t: str, document_id: uuid.UUID) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in await service.db.fetch(
+        return [tuple(r) for r in await sql.fetch(
             """SELECT c.ordinal, c.heading_path, c.text, c.tokens, c.content_sha256, i.tsv::text, i.dl
                FROM knowledge_chunks c JOIN knowledge_chunk_index i USING (tenant_id, chunk_id)
                WHERE c.tenant_id = $1 AND c.document_id = $2 ORDER BY c.ordinal""", t, document_id)]
@@ -127,7 +132,8 @@ async def test_a_group_that_cannot_be_written_at_once_falls_back_to_one_at_a_tim
     assert (await footprint(service, tenant))["documents"] == 5
 
 
-async def test_cancellation_mid_batch_leaves_only_whole_documents(service: KnowledgeService, tenant: str,
+async def test_cancellation_mid_batch_leaves_only_whole_documents(service: KnowledgeService, sql: Database,
+                                                                  tenant: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The caller is cancelled as the first group commits (from ``on_done``, no timer): that group
     stays, reported; a group whose COMMIT was already in flight on the other writer stays too, and
@@ -146,7 +152,7 @@ async def test_cancellation_mid_batch_leaves_only_whole_documents(service: Knowl
     assert caller.cancelled_caught
     committed = {o.document_id for o in reported.values() if isinstance(o, KnowledgeDocument)}
     assert len(committed) in (3, 6), reported  # whole groups: one, or two with the other writer's
-    stored = {r["document_id"] for r in await service.db.fetch(
+    stored = {r["document_id"] for r in await sql.fetch(
         "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
     assert stored == committed
     await whole_documents(service, tenant)
@@ -154,8 +160,8 @@ async def test_cancellation_mid_batch_leaves_only_whole_documents(service: Knowl
 
 
 @pytest.mark.parametrize("after", ["in", "not_in", "cannot_ask"])
-async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: KnowledgeService, tenant: str,
-                                                                      monkeypatch: pytest.MonkeyPatch,
+async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: KnowledgeService, sql: Database,
+                                                                      tenant: str, monkeypatch: pytest.MonkeyPatch,
                                                                       after: str) -> None:
     """The first group's COMMIT loses its answer. It took effect (``in``): each document is reported
     committed, nothing is written twice. The connection died first (``not_in``): the group is written
@@ -165,29 +171,26 @@ async def test_a_group_whose_commit_lost_its_answer_is_resolved_whole(service: K
     monkeypatch.setattr(ingest_bulk, "WRITERS", 1)  # groups in order: the first is the one that loses its answer
     service.faults.retry_delays = (0.01, 0.02)
     singles = single_writes(monkeypatch)
-    if after == "cannot_ask":
-        async def unreachable(*args: Any) -> Any:
-            raise asyncpg.ConnectionDoesNotExistError("the server is gone")
-
-        monkeypatch.setattr(service.ingestor, "committed", unreachable)
     backend: list[int] = []
 
     async def hook(at: str, conn: Any) -> None:
         if at == "before_commit" and not backend:
             backend.append(await conn.fetchval("SELECT pg_backend_pid()"))
         elif at == "commit" and after == "not_in" and len(backend) == 1:  # COMMIT goes to a dead connection
-            backend.append(await service.db.fetchval("SELECT pg_terminate_backend($1)", backend[0]))
+            backend.append(await sql.fetchval("SELECT pg_terminate_backend($1)", backend[0]))
             await anyio.sleep(0.2)  # (the backend is gone before COMMIT is sent)
         elif at == "after_commit" and after != "not_in" and len(backend) == 1:
             backend.append(0)
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        elif at == "resolve" and after == "cannot_ask":  # did it take effect? the database cannot be asked
+            raise asyncpg.ConnectionDoesNotExistError("the server is gone")
 
     service.faults.ingest_step = hook
     refs = [await put(service, tenant, text(n)) for n in range(6)]
     requests = [request(r, tenant, f"doc {i}", document_id=uuid.uuid4()) for i, r in enumerate(refs)]
     outcomes = await service.ingest_many(requests)
     assert len(backend) == 2
-    stored = {r["document_id"] for r in await service.db.fetch(
+    stored = {r["document_id"] for r in await sql.fetch(
         "SELECT document_id FROM knowledge_documents WHERE tenant_id = $1", tenant)}
     assert stored == {r.document_id for r in requests}  # each once (an id is never written twice)
     first, rest = outcomes[:3], outcomes[3:]
@@ -237,11 +240,11 @@ class _Counting:
 
 @pytest.mark.parametrize("concurrency", [1, 2])
 async def test_requests_are_prepared_as_many_at_once_as_their_extractors_allow(
-        service: KnowledgeService, tenant: str, concurrency: int) -> None:
+        service: KnowledgeService, kit: Kit, tenant: str, concurrency: int) -> None:
     """In-process extraction (concurrency 1) runs one at a time; an extractor that parses in child
     processes (concurrency 2, as PDFs do) gets two preparations at once."""
     extractor = _Counting("application/x-counted", concurrency)
-    ingestor = Ingestor(service.db, service.artifacts, ExtractorRegistry([extractor]))
+    ingestor = Ingestor(kit.db, kit.artifacts, ExtractorRegistry([extractor]))
     refs = [await put(service, tenant, text(n).encode(), "application/x-counted") for n in range(6)]
     with anyio.fail_after(60):  # a hang detector: concurrency 2 waits for a second preparation
         outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"G{i}") for i, r in enumerate(refs)])

@@ -13,6 +13,7 @@ from knowledge.core.chunking import CHUNKER_VERSION, ChunkDraft, MarkdownChunker
 from knowledge.errors import DeleteRefused, IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 
 
 def owner(tenant: str, name: str = "alice") -> Principal:
@@ -51,7 +52,8 @@ async def test_only_the_owner_versions_or_deletes(service: KnowledgeService, ten
 
 
 @pytest.mark.anyio
-async def test_concurrent_new_versions_serialize_and_stay_dense(service: KnowledgeService, tenant: str) -> None:
+async def test_concurrent_new_versions_serialize_and_stay_dense(service: KnowledgeService, sql: Database,
+                                                                tenant: str) -> None:
     doc = await ingest(service, tenant, V1)
     async def version(i: int) -> None:
         await ingest(service, tenant, V2.replace("albatross", f"albatross{i}"), replaces=doc)
@@ -59,14 +61,15 @@ async def test_concurrent_new_versions_serialize_and_stay_dense(service: Knowled
     async with anyio.create_task_group() as tg:
         for i in range(6):
             tg.start_soon(version, i)
-    rows = await service.db.fetch(
+    rows = await sql.fetch(
         "SELECT version, valid_to IS NULL AS live FROM knowledge_documents WHERE tenant_id = $1 ORDER BY version",
         tenant)
     assert [r["version"] for r in rows] == list(range(1, 8)) and [r["live"] for r in rows].count(True) == 1
 
 
 @pytest.mark.anyio
-async def test_versions_deletes_and_searches_interleaved(service: KnowledgeService, tenant: str) -> None:
+async def test_versions_deletes_and_searches_interleaved(service: KnowledgeService, sql: Database,
+                                                         tenant: str) -> None:
     """Many concurrent versions and deletes of the same and different documents, with searches: no
     version lost, no passage of a deleted document after its delete committed, no deadlock."""
     docs = [await ingest(service, tenant, V1.replace("pelican", f"pelican{i} heron")) for i in range(4)]
@@ -105,12 +108,12 @@ async def test_versions_deletes_and_searches_interleaved(service: KnowledgeServi
             tg.start_soon(searcher)
     assert violations == []
     for doc in docs[2:]:
-        rows = await service.db.fetch(
+        rows = await sql.fetch(
             "SELECT version FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2 ORDER BY 1",
             tenant, doc)
         assert [r["version"] for r in rows] == list(range(1, versions[doc] + 1)) and versions[doc] == 7
     for doc in docs[:2]:
-        assert await service.db.fetchval(
+        assert await sql.fetchval(
             "SELECT count(*) FROM knowledge_chunks WHERE tenant_id = $1 AND document_id = $2", tenant, doc) == 0
 
 
@@ -125,11 +128,11 @@ class ParagraphChunker:
 
 @pytest.mark.anyio
 async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(service: KnowledgeService,
-                                                                               tenant: str) -> None:
+                                                                               sql: Database, tenant: str) -> None:
     doc = await ingest(service, tenant, V1)
     old = await service.search(query(tenant, "pelican procedure"))
     # The caller's upload is gone: re-chunking reads the document's own retained source.
-    await service.db.execute("DELETE FROM artifacts WHERE tenant_id = $1 AND origin <> 'KNOWLEDGE_SOURCE'", tenant)
+    await sql.execute("DELETE FROM artifacts WHERE tenant_id = $1 AND origin <> 'KNOWLEDGE_SOURCE'", tenant)
     before = datetime.now(UTC)
     await anyio.sleep(0.01)
     assert await service.rechunk(doc, ParagraphChunker(), owner(tenant)) >= 1
@@ -137,7 +140,7 @@ async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(se
     assert new and {p.chunk_id for p in new}.isdisjoint({p.chunk_id for p in old})  # new ids, live
     then = await service.search(query(tenant, "pelican procedure", as_of=before))
     assert [p.chunk_id for p in then] == [p.chunk_id for p in old]  # as_of reads the set live then
-    sets = await service.db.fetch(
+    sets = await sql.fetch(
         "SELECT chunker_version FROM knowledge_chunk_sets WHERE tenant_id = $1 ORDER BY created_at", tenant)
     assert [r["chunker_version"] for r in sets] == [CHUNKER_VERSION, "paragraphs-test-v1"]
     cited = await service.operator_get_chunk(old[0].chunk_id, tenant_id=tenant)  # the old set still resolves
@@ -150,7 +153,7 @@ async def test_rechunk_writes_a_new_set_beside_the_old_from_the_stored_source(se
 
 @pytest.mark.anyio
 async def test_rechunk_back_to_an_earlier_chunker_makes_its_set_live_again_and_as_of_reads_each_period(
-        service: KnowledgeService, tenant: str) -> None:
+        service: KnowledgeService, sql: Database, tenant: str) -> None:
     doc = await ingest(service, tenant, V1)
     first = await service.search(query(tenant, "pelican procedure"))
     await anyio.sleep(0.01)
@@ -168,7 +171,7 @@ async def test_rechunk_back_to_an_earlier_chunker_makes_its_set_live_again_and_a
     for instant, expected in ((during_first, first), (during_second, second)):
         then = await service.search(query(tenant, "pelican procedure", as_of=instant))
         assert [p.chunk_id for p in then] == [p.chunk_id for p in expected]
-    sets = await service.db.fetch(
+    sets = await sql.fetch(
         "SELECT chunker_version, superseded_at IS NULL AS live, cardinality(earlier_periods) AS earlier "
         "FROM knowledge_chunk_sets WHERE tenant_id = $1 ORDER BY chunker_version", tenant)
     assert {(r["chunker_version"], r["live"], r["earlier"]) for r in sets} == {

@@ -28,6 +28,8 @@ from knowledge.parsers.base import Extractor, ExtractorRegistry
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection, Database, open_bridge
+from knowledge.store.faults import Faults
+from tests.conftest import open_sql
 from tests.helpers.attachments import (
     FAST,
     Gate,
@@ -40,6 +42,7 @@ from tests.helpers.attachments import (
     wait_for,
     worker,
 )
+from tests.helpers.kit import Kit
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +58,8 @@ def with_workers(settings: Settings, tenant: str, **extra: Any) -> Settings:
 # --- Many workers, one result ------------------------------------------------------------------------------------
 
 
-async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service: KnowledgeService,
-                                                                        tenant: str) -> None:
+async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service: KnowledgeService, kit: Kit,
+                                                                        sql: Database, tenant: str) -> None:
     """Each of 200 attachments is ingested exactly once by two workers claiming batches of 8; the
     first worker is cancelled mid-batch (its third group's statement held inside its transaction):
     its batch rolls back whole, every claim of it is released, and the second worker ingests them."""
@@ -73,13 +76,12 @@ async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service:
             if commits == 3:
                 await gate(step, conn)
 
-    # The first worker has an ingestor of its own (the same ingest), so that only its ingests are held.
-    first_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=hold_the_third)
-    first = AttachmentWorker(AttachmentQueue(service.db), first_ingestor,
-                             WorkerOptions(**{**FAST, "tenant_id": tenant, "batch": 8}), worker_id="first")
-    second = worker(service, tenant, "second", batch=8)
+    # The first worker has a kit of its own (the same ingest, on a pool of its own), so that only its
+    # ingests are held.
+    second = worker(kit, tenant, "second", batch=8)
 
-    async with anyio.create_task_group() as tg:
+    async with open_sql(service.dsn) as db, anyio.create_task_group() as tg:
+        first = worker(Kit(db, faults=Faults(ingest_step=hold_the_third)), tenant, "first", batch=8)
         with anyio.CancelScope() as first_scope:
             tg.start_soon(second.drain)
             async with anyio.create_task_group() as mine:
@@ -99,7 +101,7 @@ async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service:
         assert [(h["outcome"], h["worker"]) for h in handed_over.history] == [("released", "first"),
                                                                               ("ingested", "second")]
     assert len({s.document_id for s in states}) == 200
-    written = await footprint(service.db, tenant)
+    written = await footprint(sql, tenant)
     assert (written["documents"], written["ingested_events"], written["sources"]) == (200, 200, 200)
     stats = await service.ingest_stats(tenant)
     assert stats.accepted == 200 and stats.refused == {} and stats.failed == {}
@@ -108,7 +110,8 @@ async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service:
 # --- Batches: the bulk path, settled one attachment at a time ---------------------------------------------------
 
 
-async def test_a_backlog_with_refusals_settles_each_attachment_once(service: KnowledgeService, tenant: str) -> None:
+async def test_a_backlog_with_refusals_settles_each_attachment_once(service: KnowledgeService, kit: Kit, sql: Database,
+                                                                    tenant: str) -> None:
     """30 attachments claimed as one batch and ingested through the bulk path: a secret-bearing file,
     an undecodable one, a blank one and a second copy of a file among them. Each is settled exactly
     once, with its own outcome; the refused ones leave nothing; the copy is the first one's document."""
@@ -121,7 +124,7 @@ async def test_a_backlog_with_refusals_settles_each_attachment_once(service: Kno
     order = [*names[:10], "secret.md", "latin1.md", *names[10:20], "blank.md", "runbook-00 (copy).md", *names[20:]]
     refs = {name: await upload(service, tenant, data[name], name) for name in order}
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs.values()], conversation_id="c1")
-    w = worker(service, tenant)
+    w = worker(kit, tenant)
     assert await w.drain() == 30 and w.stats.claimed == 30
     seen = {name: await status(service, tenant, ref) for name, ref in refs.items()}
     assert {name: (s.state, s.reason) for name, s in seen.items() if s.state is not AttachmentState.INGESTED} == {
@@ -131,23 +134,23 @@ async def test_a_backlog_with_refusals_settles_each_attachment_once(service: Kno
     assert all(len(s.history) == 1 and s.attempts == 1 for s in seen.values())  # settled once, never retried
     assert seen["runbook-00 (copy).md"].document_id == seen["runbook-00.md"].document_id
     assert (w.stats.ingested, w.stats.refused, w.stats.retried, w.stats.failed) == (27, 3, 0, 0)
-    written = await footprint(service.db, tenant)
+    written = await footprint(sql, tenant)
     assert (written["documents"], written["sources"], written["ingested_events"]) == (26, 26, 26)
     stats = await service.ingest_stats(tenant)
     assert stats.accepted == 26 and stats.failed == {}
     assert stats.refused == {"secret_detected": 1, "undecodable": 1, "no_text": 1, "document_exists": 1}
 
 
-async def test_a_batch_whose_leases_are_all_lost_stops_and_leaves_nothing(service: KnowledgeService,
-                                                                          tenant: str) -> None:
+async def test_a_batch_whose_leases_are_all_lost_stops_and_leaves_nothing(service: KnowledgeService, kit: Kit,
+                                                                          sql: Database, tenant: str) -> None:
     """The conversation of a whole batch is deleted while its group's statement is held: the next
     renewal finds every lease lost, the batch is cancelled (its transaction rolls back) and each
     attachment is recorded withdrawn. The gate is never opened: only the lost leases end the batch."""
     refs = [await upload(service, tenant, markdown(f"Drill {i}"), f"drill-{i}.md") for i in range(4)]
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
     gate = Gate("before_commit", hold=1)
-    service.faults.ingest_step = gate
-    w = worker(service, tenant, lease_seconds=0.3)
+    kit.faults.ingest_step = gate
+    w = worker(kit, tenant, lease_seconds=0.3)
     with anyio.fail_after(60):  # a hang detector: the gate holds the batch until something cancels it
         async with anyio.create_task_group() as tg:
             tg.start_soon(w.drain)
@@ -155,11 +158,12 @@ async def test_a_batch_whose_leases_are_all_lost_stops_and_leaves_nothing(servic
             assert (await service.delete_conversation(tenant, "c1")).attachments == 4
     assert (w.stats.claimed, w.stats.withdrawn, w.stats.ingested) == (4, 4, 0)
     assert not gate.opened.is_set()
-    assert await footprint(service.db, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
-                                                   "sources": 0, "ingested_events": 0}
+    assert await footprint(sql, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
+                                            "sources": 0, "ingested_events": 0}
 
 
-async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: KnowledgeService, tenant: str) -> None:
+async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: KnowledgeService, kit: Kit,
+                                                                     sql: Database, tenant: str) -> None:
     """One attachment of a batch loses its lease (its conversation is deleted) while the group's
     statement is held: the renewals go on for the others, the batch commits, the others are
     ingested, and that one is recorded withdrawn with its document deleted."""
@@ -168,11 +172,11 @@ async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: Kn
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in kept], conversation_id="c1")
     await service.mark_attachments(owner(tenant), [lost.artifact_id], conversation_id="c2")
     gate = Gate("before_commit", hold=1)
-    service.faults.ingest_step = gate
-    w = worker(service, tenant, lease_seconds=0.3)
+    kit.faults.ingest_step = gate
+    w = worker(kit, tenant, lease_seconds=0.3)
 
     async def renewed_since(moment: datetime) -> bool:
-        return bool(await service.db.fetchval(
+        return bool(await sql.fetchval(
             "SELECT bool_and(lease_expires_at > $2) FROM artifacts WHERE tenant_id = $1 AND conversation_id = 'c1'",
             tenant, moment + timedelta(seconds=0.3)))
 
@@ -186,9 +190,9 @@ async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: Kn
     assert (w.stats.ingested, w.stats.withdrawn) == (3, 1)
     assert [(await status(service, tenant, r)).state for r in kept] == [AttachmentState.INGESTED] * 3
     payroll = attachment_document_id(tenant, "owner", lost.sha256)
-    assert not await service.db.fetchval(
+    assert not await sql.fetchval(
         "SELECT count(*) FROM knowledge_documents WHERE tenant_id = $1 AND document_id = $2", tenant, payroll)
-    assert (await footprint(service.db, tenant))["documents"] == 3
+    assert (await footprint(sql, tenant))["documents"] == 3
 
 
 class _Hangs:
@@ -211,24 +215,24 @@ class _Hangs:
         return text
 
 
-async def test_an_attachment_that_hangs_times_out_alone_in_its_batch(service: KnowledgeService,
-                                                                    tenant: str) -> None:
+async def test_an_attachment_that_hangs_times_out_alone_in_its_batch(service: KnowledgeService, kit: Kit,
+                                                                    sql: Database, tenant: str) -> None:
     """Each attachment's preparation is bounded on its own: the one that hangs is a transient
     ``timeout`` (retried, then failed); the others of its batch are ingested on the first attempt."""
     registry = ExtractorRegistry([PlainTextExtractor(), _Hangs(MarkdownExtractor())])
-    ingestor = Ingestor(service.db, service.artifacts, registry)
+    ingestor = Ingestor(kit.db, kit.artifacts, registry)
     names = ["a.md", "hang.md", "b.md", "c.md"]
     refs = [await upload(service, tenant, markdown("Hang" if name == "hang.md" else f"Guide {name}"), name)
             for name in names]
     await service.mark_attachments(owner(tenant), [r.artifact_id for r in refs], conversation_id="c1")
-    w = AttachmentWorker(AttachmentQueue(service.db), ingestor,
+    w = AttachmentWorker(AttachmentQueue(kit.db), ingestor,
                          WorkerOptions(**{**FAST, "tenant_id": tenant, "job_timeout_seconds": 0.5, "max_retries": 1}))
     assert await w.drain() == 5  # four claims, then the retry of the one that hung
     seen = [await status(service, tenant, r) for r in refs]
     assert [(s.state, s.attempts) for s in seen] == [(AttachmentState.INGESTED, 1), (AttachmentState.FAILED, 2),
                                                      (AttachmentState.INGESTED, 1), (AttachmentState.INGESTED, 1)]
     assert [(h["outcome"], h["reason"]) for h in seen[1].history] == [("retry", "timeout"), ("failed", "timeout")]
-    assert (await footprint(service.db, tenant))["documents"] == 3
+    assert (await footprint(sql, tenant))["documents"] == 3
 
 
 # --- A worker process: SIGKILL mid-job (lease expiry), SIGTERM mid-job (clean stop) ------------------------------
@@ -278,8 +282,8 @@ async def _blocked_on_a_lock(db: Database) -> bool:
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm"])
-async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, settings: Settings, tenant: str,
-                                                anyio_backend_name: str, how: str) -> None:
+async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, kit: Kit, sql: Database, settings: Settings,
+                                                tenant: str, anyio_backend_name: str, how: str) -> None:
     """SIGKILL: the dead worker's lease expires and a worker of this process takes the attachment
     over. SIGTERM: the worker process rolls back, releases the attachment and exits 0."""
     assert settings.dsn is not None
@@ -299,7 +303,7 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, setti
 
                 async def mid_job() -> bool:
                     seen = await status(service, tenant, ref)
-                    return seen.lease_owner == ready["workers"][0] and await _blocked_on_a_lock(service.db)
+                    return seen.lease_owner == ready["workers"][0] and await _blocked_on_a_lock(sql)
 
                 await wait_for(mid_job, 60)
                 if how == "sigkill":
@@ -324,14 +328,14 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, setti
         assert [h["outcome"] for h in seen.history] == ["released"]
     else:
         assert seen.state is AttachmentState.INGESTING and seen.lease_owner == ready["workers"][0]
-    assert (await footprint(service.db, tenant))["documents"] == 0  # nothing half-written
+    assert (await footprint(sql, tenant))["documents"] == 0  # nothing half-written
 
-    survivor = worker(service, tenant, "survivor")
+    survivor = worker(kit, tenant, "survivor")
     with anyio.fail_after(60):
         assert await survivor.drain() == 1
     done = await status(service, tenant, ref)
     assert done.state is AttachmentState.INGESTED and done.document_id == document_id
-    assert (await footprint(service.db, tenant))["documents"] == 1
+    assert (await footprint(sql, tenant))["documents"] == 1
     if how == "sigkill":
         assert survivor.stats.taken_over == 1
         assert [(h["outcome"], h["worker"]) for h in done.history] == [("lease_expired", ready["workers"][0]),
@@ -344,7 +348,8 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, setti
 # --- The service's maintenance worker ---------------------------------------------------------------------------
 
 
-async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings: Settings, tenant: str) -> None:
+async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings: Settings, sql: Database,
+                                                                         tenant: str) -> None:
     async with KnowledgeService.open(with_workers(settings, tenant, sweep_interval_seconds=0.05)) as svc:
         ref = await upload(svc, tenant, markdown("Onboarding"), "onboarding.md")
         expired = await svc.put_artifact(tenant, b"old", media_type="text/plain",
@@ -352,12 +357,12 @@ async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings
         await svc.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
 
         async def done() -> bool:
-            swept = not await svc.db.fetchval(
+            swept = not await sql.fetchval(
                 "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2", tenant, expired.artifact_id)
             ingested = (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
             # the worker counts an attachment just after the transaction that settled it
-            return swept and ingested and svc.maintenance is not None and \
-                svc.maintenance.snapshot().workers[0].ingested == 1
+            snapshot = svc.worker_snapshot()
+            return swept and ingested and snapshot is not None and snapshot.workers[0].ingested == 1
 
         await wait_for(done)
         report = await svc.worker_status()
@@ -369,20 +374,15 @@ async def test_the_service_worker_ingests_marked_attachments_and_sweeps(settings
 
 
 async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
-        settings: Settings, tenant: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        settings: Settings, tenant: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="knowledge.supervisors.actors")
-    async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
-        assert svc.maintenance is not None
-        queue = svc.maintenance.queue
-        broken = True
-        real_claim = queue.claim
+    broken = True
 
-        async def claim(*args: Any, **kwargs: Any) -> Any:
-            if broken:
-                raise RuntimeError("injected claim failure")
-            return await real_claim(*args, **kwargs)
+    async def claim(at: str) -> None:
+        if at == "claim" and broken:
+            raise RuntimeError("injected claim failure")
 
-        monkeypatch.setattr(queue, "claim", claim)
+    async with KnowledgeService.open(with_workers(settings, tenant), faults=Faults(worker_step=claim)) as svc:
 
         async def looping() -> bool:
             report = await svc.worker_status()
@@ -413,7 +413,8 @@ async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
         assert (await svc.health()).ok
 
 
-async def test_closing_the_service_mid_job_releases_the_attachment(settings: Settings, tenant: str) -> None:
+async def test_closing_the_service_mid_job_releases_the_attachment(settings: Settings, kit: Kit, sql: Database,
+                                                                   tenant: str) -> None:
     gate = Gate("before_commit", hold=1)
     with anyio.fail_after(30):  # hang detector: closing mid-job is prompt
         async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
@@ -425,9 +426,9 @@ async def test_closing_the_service_mid_job_releases_the_attachment(settings: Set
         seen = await status(svc, tenant, ref)
         assert (seen.state, seen.attempts, seen.lease_owner) == (AttachmentState.PENDING, 0, None)
         assert [h["outcome"] for h in seen.history] == ["released"]
-        assert await footprint(svc.db, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
-                                                   "sources": 0, "ingested_events": 0}
-        assert await worker(svc, tenant).drain() == 1
+        assert await footprint(sql, tenant) == {"documents": 0, "chunks": 0, "index_rows": 0, "postings": 0,
+                                                "sources": 0, "ingested_events": 0}
+        assert await worker(kit, tenant).drain() == 1
         assert (await status(svc, tenant, ref)).state is AttachmentState.INGESTED
 
 
@@ -441,44 +442,46 @@ class _Stalled(AttachmentQueue):
         return {c.artifact_id for c in claims}
 
 
-async def test_a_stalled_worker_loses_its_lease_and_makes_no_second_document(service: KnowledgeService,
-                                                                              tenant: str) -> None:
+async def test_a_stalled_worker_loses_its_lease_and_makes_no_second_document(service: KnowledgeService, kit: Kit,
+                                                                              sql: Database, tenant: str) -> None:
     """The first worker stalls mid-job past its lease; the second takes the attachment over and
     waits on the document's key; when the first commits after all, the second records that
     document, and the first finds its lease lost."""
     ref = await upload(service, tenant, markdown("Certificates"), "certs.md")
     gate = Gate("before_commit", hold=1)
-    stalled_ingestor = Ingestor(service.db, service.artifacts, service.extractors, fault_hook=gate)
     options = WorkerOptions(**{**FAST, "tenant_id": tenant, "lease_seconds": 0.3})
-    stalled = AttachmentWorker(_Stalled(service.db), stalled_ingestor, options, worker_id="stalled")
-    second = worker(service, tenant, "second")
+    second = worker(kit, tenant, "second")
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
-    async with anyio.create_task_group() as tg:
+    # the stalled worker has a pool of its own: a test pool's two connections serve the second worker and the probe
+    async with open_sql(service.dsn) as db, anyio.create_task_group() as tg:
+        stalled_ingestor = Kit(db, faults=Faults(ingest_step=gate)).ingestor
+        stalled = AttachmentWorker(_Stalled(db), stalled_ingestor, options, worker_id="stalled")
         tg.start_soon(stalled.step)
         with anyio.fail_after(30):
             await gate.reached.wait()
         tg.start_soon(second.drain)
-        await wait_for(lambda: _blocked_on_a_lock(service.db))
+        await wait_for(lambda: _blocked_on_a_lock(sql))
         gate.opened.set()
     assert (stalled.stats.lease_lost, second.stats.taken_over, second.stats.ingested) == (1, 1, 1)
     done = await status(service, tenant, ref)
     assert done.state is AttachmentState.INGESTED and done.attempts == 2
     assert [(h["outcome"], h["worker"]) for h in done.history] == [("lease_expired", "stalled"),
                                                                    ("ingested", "second")]
-    assert (await footprint(service.db, tenant))["documents"] == 1
+    assert (await footprint(sql, tenant))["documents"] == 1
 
 
-async def test_a_takeover_after_the_last_attempt_records_failed(service: KnowledgeService, tenant: str) -> None:
+async def test_a_takeover_after_the_last_attempt_records_failed(service: KnowledgeService, kit: Kit, sql: Database,
+                                                                 tenant: str) -> None:
     """The worker of the fourth (last) attempt died mid-job: the takeover records failed, runs nothing."""
     ref = await upload(service, tenant, markdown("Quotas"), "quotas.md")
     await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
-    await service.db.execute(
+    await sql.execute(
         """UPDATE artifacts SET attachment_state = 'ingesting', attachment_attempts = 4, lease_owner = 'dead',
                   lease_expires_at = clock_timestamp() - interval '1 second'
            WHERE tenant_id = $1 AND artifact_id = $2""", tenant, ref.artifact_id)
-    w = worker(service, tenant)
+    w = worker(kit, tenant)
     assert await w.drain() == 1
     failed = await status(service, tenant, ref)
     assert (failed.state, failed.attempts, failed.reason) == (AttachmentState.FAILED, 4, "lease_expired")
     assert [(h["outcome"], h["attempt"]) for h in failed.history] == [("lease_expired", 4), ("failed", 4)]
-    assert (await footprint(service.db, tenant))["documents"] == 0
+    assert (await footprint(sql, tenant))["documents"] == 0

@@ -13,6 +13,7 @@ from knowledge.core.trace import TraceRetention
 from knowledge.errors import TraceNotFound
 from knowledge.models import Principal, TrustLevel, Viewer
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.store.traces import prune_traces
 from knowledge.tools import ToolContext
 from tests.retrieval.test_turn import ingest_corpus, request
@@ -21,7 +22,7 @@ from tests.test_tools import registry
 
 @pytest.mark.anyio
 async def test_citations_of_what_the_turn_showed_are_shown_and_the_rest_hallucinated(
-        service: KnowledgeService, tenant: str) -> None:
+        service: KnowledgeService, sql: Database, tenant: str) -> None:
     await ingest_corpus(service, tenant)
     turn = await service.turn(request(tenant, "rollback", 10_000))
     context = ToolContext(principal=Principal(tenant_id=tenant, principal_id="alice"), origin_trust=TrustLevel.USER,
@@ -63,11 +64,11 @@ async def test_citations_of_what_the_turn_showed_are_shown_and_the_rest_hallucin
     created = stored.created_at
     assert created is not None
     retention = TraceRetention(full_days=30, skeleton_days=365)
-    await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
+    await prune_traces(sql, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
     reduced = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert reduced is not None and all(c.claim is None for c in reduced.answers[0].citations)
     assert [c.chunk_id for c in reduced.answers[0].citations] == [c.citation.chunk_id for c in recorded.citations]
-    await prune_traces(service.db, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
-    assert await service.db.fetchval(
+    await prune_traces(sql, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
+    assert await sql.fetchval(
         "SELECT count(*) FROM knowledge_trace_citations WHERE tenant_id = $1", tenant) == 0
     assert (await service.citation_stats(tenant)).citations == 4  # the counters are not traces: they stay

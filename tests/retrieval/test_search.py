@@ -12,6 +12,7 @@ from knowledge.core.ranking import DEFAULT_POLICY
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
 from knowledge.retrieval.search import LexicalArm
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.store.evidence import lexical_evidence
 
 
@@ -110,7 +111,7 @@ async def test_every_passage_carries_its_relevance_and_a_host_can_floor_it(servi
 
 @pytest.mark.anyio
 async def test_the_evidence_reuses_the_lexical_arms_statistics_to_the_last_bit(service: KnowledgeService,
-                                                                               tenant: str) -> None:
+                                                                               sql: Database, tenant: str) -> None:
     """The relevance model's evidence takes the query's idf and mean length from the lexical arm's
     own statement instead of counting the postings again: what it reads must be what a fresh
     count gives, for lexemes held by many chunks, by one, and by none."""
@@ -119,11 +120,11 @@ async def test_the_evidence_reuses_the_lexical_arms_statistics_to_the_last_bit(s
     arm = LexicalArm()
     for text in ["how do I roll back a release tag", "release pelican", "weekly"]:
         query = KnowledgeQuery(tenant_id=tenant, principal_id="alice", text=text)
-        result = await arm.search_result(service.db, query, 50)
+        result = await arm.search_result(sql, query, 50)
         assert result.terms is not None and result.candidates
         ids = [c.chunk_id for c in result.candidates]
-        reused = await lexical_evidence(service.db, tenant, text, ids, result.terms)
-        fresh = await lexical_evidence(service.db, tenant, text, ids)
+        reused = await lexical_evidence(sql, tenant, text, ids, result.terms)
+        fresh = await lexical_evidence(sql, tenant, text, ids)
         assert ("pelican" in fresh.idf) == ("pelican" in text)  # a lexeme no chunk holds has its idf too
         assert (reused.idf, reused.avgdl, reused.lengths) == (fresh.idf, fresh.avgdl, fresh.lengths)
         assert {k: sorted(v, key=repr) for k, v in reused.matches.items()} == {

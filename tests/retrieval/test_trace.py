@@ -38,6 +38,7 @@ from knowledge.models import (
     Viewer,
 )
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.store.traces import prune_traces
 from tests.retrieval.test_turn import guide, ingest_text, owner, request
 
@@ -239,18 +240,18 @@ async def test_two_ceilings_through_the_service(service: KnowledgeService, tenan
 
 
 @pytest.mark.anyio
-async def test_two_tier_retention(service: KnowledgeService, tenant: str) -> None:
+async def test_two_tier_retention(service: KnowledgeService, sql: Database, tenant: str) -> None:
     await ingest_text(service, tenant, guide("alpha", [12, 40, 70]))
     turn = await service.turn(request(tenant, "rollback failover snapshot", 10_000, [25, 25]))
     created = turn.trace.created_at
     assert created is not None and turn.passages
     retention = TraceRetention(full_days=30, skeleton_days=365)
 
-    early = await prune_traces(service.db, now=created + timedelta(days=29), retention=retention, tenant_id=tenant)
+    early = await prune_traces(sql, now=created + timedelta(days=29), retention=retention, tenant_id=tenant)
     assert (early.reduced, early.deleted) == (0, 0)
     assert (await service.check_trace(turn.trace.trace_id, tenant_id=tenant)).ok
 
-    tier2 = await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
+    tier2 = await prune_traces(sql, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
     assert (tier2.reduced, tier2.deleted) == (1, 0)
     stored = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert stored is not None and stored.reduced_at is not None and stored.query_text is None
@@ -261,13 +262,13 @@ async def test_two_tier_retention(service: KnowledgeService, tenant: str) -> Non
     view = await service.trace_view(turn.trace.trace_id, viewer=alice(tenant, "internal"))
     assert view is not None and {p.state for p in view.passages} == {PassageState.REDUCED}
     assert "checks the cluster" not in view.render()
-    again = await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
+    again = await prune_traces(sql, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
     assert (again.reduced, again.deleted) == (0, 0)
 
-    gone = await prune_traces(service.db, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
+    gone = await prune_traces(sql, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
     assert (gone.reduced, gone.deleted) == (0, 1)
     assert await service.operator_trace(turn.trace.trace_id, tenant_id=tenant) is None
-    assert await service.db.fetchval(
+    assert await sql.fetchval(
         "SELECT count(*) FROM knowledge_trace_passages WHERE tenant_id = $1", tenant) == 0
     assert (await service.budget_pressure(tenant)).turns == 1  # the counters are not traces: they stay
 
@@ -282,7 +283,7 @@ def test_retention_schedule_is_stated() -> None:
 
 @pytest.mark.anyio
 async def test_the_tool_path_is_in_the_turns_trace_filtered_and_retained_like_the_turns_own(
-        service: KnowledgeService, tenant: str) -> None:
+        service: KnowledgeService, sql: Database, tenant: str) -> None:
     """What ``knowledge.search`` gave the agent in a turn is in that turn's trace: it is Alice's (Bob
     gets nothing), a public surface withholds (and counts) its passages, the turn's recall ceiling caps
     the tool's search, another principal's trace is refused, and retention reduces and deletes it."""
@@ -327,12 +328,12 @@ async def test_the_tool_path_is_in_the_turns_trace_filtered_and_retained_like_th
     created = stored.created_at
     assert created is not None
     retention = TraceRetention(full_days=30, skeleton_days=365)
-    await prune_traces(service.db, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
+    await prune_traces(sql, now=created + timedelta(days=31), retention=retention, tenant_id=tenant)
     reduced = await service.operator_trace(turn.trace.trace_id, tenant_id=tenant)
     assert reduced is not None and all(c.query_text is None for c in reduced.tool_calls)
     assert all(p.title is None for c in reduced.tool_calls for p in c.passages)
     assert [p.chunk_id for c in reduced.tool_calls for p in c.passages] == [
         p.chunk_id for c in stored.tool_calls for p in c.passages]
-    await prune_traces(service.db, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
-    assert await service.db.fetchval(
+    await prune_traces(sql, now=created + timedelta(days=366), retention=retention, tenant_id=tenant)
+    assert await sql.fetchval(
         "SELECT count(*) FROM knowledge_trace_tool_calls WHERE tenant_id = $1", tenant) == 0

@@ -19,11 +19,11 @@ from knowledge.models import (
     ArtifactOrigin,
     KnowledgeQuery,
     Principal,
-    RetrievedPassage,
     Sensitivity,
     TrustLevel,
 )
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.store.locks import lock_document
 
 TOPICS = ["rollback", "failover", "snapshot", "compaction", "quorum", "defrag"]
@@ -103,10 +103,10 @@ async def test_beliefs_above_the_recall_ceiling_are_withheld(service: KnowledgeS
     assert got.trace.budget.withheld_beliefs == 1 and "secret" not in got.trace.model_dump_json()
 
 
-async def lock_waiter(svc: KnowledgeService) -> None:
+async def lock_waiter(db: Database) -> None:
     """Return once some session of this database waits for an advisory lock."""
     while True:
-        if await svc.db.fetchval(
+        if await db.fetchval(
                 """SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
                    WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"""):
             return
@@ -114,11 +114,12 @@ async def lock_waiter(svc: KnowledgeService) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_cancelled_turn_returns_nothing_and_traces_nothing(service: KnowledgeService, tenant: str) -> None:
+async def test_a_cancelled_turn_returns_nothing_and_traces_nothing(service: KnowledgeService, sql: Database,
+                                                                    tenant: str) -> None:
     """The turn waits on a document's lock (held by a version or delete in progress); cancelling it
     there rolls the trace back: no block was handed out, no trace and no counter were written."""
     doc = await ingest_text(service, tenant, guide("alpha", [12, 40, 70]))
-    async with service.db.transaction() as holder:
+    async with sql.transaction() as holder:
         await lock_document(holder, tenant, doc)
         async with anyio.create_task_group() as tg:
             results: list[object] = []
@@ -128,10 +129,10 @@ async def test_a_cancelled_turn_returns_nothing_and_traces_nothing(service: Know
 
             tg.start_soon(turn)
             with anyio.fail_after(30):  # a bound on the wait for the turn to block, not a timing assertion
-                await lock_waiter(service)
+                await lock_waiter(sql)
             tg.cancel_scope.cancel()
     assert results == []
-    assert await service.db.fetchval("SELECT count(*) FROM knowledge_traces WHERE tenant_id = $1", tenant) == 0
+    assert await sql.fetchval("SELECT count(*) FROM knowledge_traces WHERE tenant_id = $1", tenant) == 0
     assert (await service.budget_pressure(tenant)).turns == 0
     after = await service.turn(request(tenant, "rollback failover snapshot", 10_000))  # and the service goes on
     assert after.passages and (await service.check_trace(after.trace.trace_id, tenant_id=tenant)).ok
@@ -148,21 +149,23 @@ async def test_a_turn_with_nothing_to_render_still_traces_its_beliefs(service: K
 
 @pytest.mark.anyio
 async def test_a_passage_deleted_after_retrieval_is_neither_rendered_nor_traced(
-        service: KnowledgeService, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        service: KnowledgeService, tenant: str) -> None:
     """A document deleted between the search and the trace's transaction: its passages are dropped
     before the budget, so the block and the trace agree and cite only live chunks."""
     victim = await ingest_text(service, tenant, guide("alpha", [12, 40, 70]), title="Alpha")
     await ingest_text(service, tenant, guide("bravo", [25, 55, 11]), title="Bravo")
-    search = service.searcher.search
+    turn = request(tenant, "rollback failover snapshot compaction quorum", 10_000)
+    assert victim in {p.document_id for p in await service.search(turn.query)}  # the turn's search finds it
+    deleted = []
 
-    async def search_then_delete(query: KnowledgeQuery) -> list[RetrievedPassage]:
-        found = await search(query)
-        assert victim in {p.document_id for p in found}
-        await service.delete(victim, owner(tenant))
-        return found
+    async def delete_after_the_search(at: str, query: KnowledgeQuery) -> None:  # the seam's search hook
+        if at == "after" and not deleted:
+            deleted.append(await service.delete(victim, owner(tenant)))
 
-    monkeypatch.setattr(service.searcher, "search", search_then_delete)
-    got = await service.turn(request(tenant, "rollback failover snapshot compaction quorum", 10_000))
+    service.faults.search_step = delete_after_the_search
+    got = await service.turn(turn)
+    service.faults.search_step = None
+    assert deleted and deleted[0] > 0
     assert got.passages and victim not in {p.document_id for p in got.passages}
     assert [p.chunk_id for p in got.trace.passages] == [p.chunk_id for p in got.passages]
     assert got.trace.budget.classes["knowledge"].offered == len(got.passages)

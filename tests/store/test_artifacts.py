@@ -13,10 +13,12 @@ import pytest
 from knowledge.errors import ArtifactError, ArtifactNotFound, ArtifactTooLarge
 from knowledge.models import ArtifactOrigin, TrustLevel
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
+from tests.helpers.kit import Kit
 
 
 @pytest.mark.anyio
-async def test_put_and_stream_back_large_artifact(service: KnowledgeService, tenant: str) -> None:
+async def test_put_and_stream_back_large_artifact(service: KnowledgeService, kit: Kit, tenant: str) -> None:
     data = os.urandom(3 * 1024 * 1024 + 17)  # several read slices, not a multiple of the slice size
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -28,7 +30,7 @@ async def test_put_and_stream_back_large_artifact(service: KnowledgeService, ten
                                       file_name="blob.bin")
     assert ref.size_bytes == len(data) and ref.sha256 == hashlib.sha256(data).hexdigest()
     assert ref.expires_at is None and ref.file_name == "blob.bin"
-    slices = [part async for part in service.artifacts.stream(ref)]
+    slices = [part async for part in kit.artifacts.stream(ref)]
     assert len(slices) == 4
     assert b"".join(slices) == data
     assert await service.artifact_ref(tenant, ref.artifact_id) == ref
@@ -41,8 +43,8 @@ async def test_empty_artifact_round_trips(service: KnowledgeService, tenant: str
 
 
 @pytest.mark.anyio
-async def test_too_large_is_refused_and_writes_nothing(service: KnowledgeService, tenant: str) -> None:
-    limit = service.artifacts.max_bytes
+async def test_too_large_is_refused_and_writes_nothing(service: KnowledgeService, sql: Database, tenant: str) -> None:
+    limit = service.settings.max_artifact_bytes
     with pytest.raises(ArtifactTooLarge) as info:
         await service.put_artifact(tenant, b"x" * (limit + 1), media_type="text/plain")
     assert info.value.reason == "artifact_too_large"
@@ -54,7 +56,7 @@ async def test_too_large_is_refused_and_writes_nothing(service: KnowledgeService
     with pytest.raises(ArtifactTooLarge):
         async with contextlib.aclosing(endless()) as chunks:  # the caller closes what it made
             await service.put_artifact(tenant, chunks, media_type="text/plain")
-    assert await service.db.fetchval("SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant) == 0
+    assert await sql.fetchval("SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant) == 0
 
 
 @pytest.mark.anyio
@@ -68,27 +70,28 @@ async def test_artifacts_are_tenant_scoped(service: KnowledgeService, tenant: st
 
 
 @pytest.mark.anyio
-async def test_expiry_hides_then_sweeper_deletes_the_bytes(service: KnowledgeService, tenant: str) -> None:
+async def test_expiry_hides_then_sweeper_deletes_the_bytes(service: KnowledgeService, kit: Kit, sql: Database,
+                                                            tenant: str) -> None:
     keep = await service.put_artifact(tenant, b"keep", media_type="text/plain")
     later = await service.put_artifact(tenant, b"later", media_type="text/plain",
                                         expires_at=datetime.now(UTC) + timedelta(days=30))
     gone = await service.put_artifact(tenant, b"gone", media_type="text/plain")
-    await service.artifacts.set_expiry(tenant, gone.artifact_id, datetime.now(UTC))
+    await kit.artifacts.set_expiry(tenant, gone.artifact_id, datetime.now(UTC))
     with pytest.raises(ArtifactNotFound):  # expired: unreadable even before the sweep
         await service.read_artifact(gone)
     assert await service.sweep_artifacts() >= 1
-    assert await service.db.fetchval(
+    assert await sql.fetchval(
         "SELECT count(*) FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2", tenant, gone.artifact_id) == 0
     assert await service.read_artifact(keep) == b"keep"
     assert await service.read_artifact(later) == b"later"
     with pytest.raises(ArtifactNotFound):
-        await service.artifacts.set_expiry(tenant, gone.artifact_id, None)
+        await kit.artifacts.set_expiry(tenant, gone.artifact_id, None)
 
 
 @pytest.mark.anyio
-async def test_corrupted_bytes_are_detected(service: KnowledgeService, tenant: str) -> None:
+async def test_corrupted_bytes_are_detected(service: KnowledgeService, sql: Database, tenant: str) -> None:
     ref = await service.put_artifact(tenant, b"original", media_type="text/plain")
-    await service.db.execute("UPDATE artifacts SET content = 'tampered'::bytea WHERE tenant_id = $1", tenant)
+    await sql.execute("UPDATE artifacts SET content = 'tampered'::bytea WHERE tenant_id = $1", tenant)
     with pytest.raises(ArtifactError) as info:
         await service.read_artifact(ref)
     assert info.value.reason == "artifact_corrupt"

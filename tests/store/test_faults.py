@@ -13,11 +13,11 @@ import pytest
 
 import knowledge.store.deletion as lifecycle
 import knowledge.store.retry as retry
-from knowledge.core.prepare import IngestRequest
 from knowledge.errors import CommitUnknown, DatabaseUnavailable, IngestRefused
 from knowledge.models import KnowledgeQuery, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection
+from tests.conftest import open_sql
 from tests.ingest.test_ingest import DOC, footprint, put, writer
 
 pytestmark = pytest.mark.anyio
@@ -32,9 +32,9 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch, service: KnowledgeService) -> 
 
 
 async def _terminate_pool(svc: KnowledgeService) -> int:
-    """Terminate every idle backend of the service's pool from a connection of its own."""
-    async with svc.db.dedicated() as conn:
-        return int(await conn.fetchval(
+    """Terminate every idle backend of the service's pool from a pool of the test's own."""
+    async with open_sql(svc.dsn) as db:
+        return int(await db.fetchval(
             """SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
                WHERE application_name = $1 AND pid <> pg_backend_pid()""", svc.settings.application_name))
 
@@ -91,42 +91,41 @@ async def test_a_commit_whose_reply_was_lost_is_resolved_not_repeated(service: K
 
 
 async def test_a_lost_commit_the_database_cannot_be_asked_about_is_commit_unknown(service: KnowledgeService,
-                                                                                   tenant: str,
-                                                                                   monkeypatch: pytest.MonkeyPatch
-                                                                                   ) -> None:
+                                                                                   tenant: str) -> None:
     """COMMIT took effect, its answer was lost, and every attempt to ask the database since fails:
     the caller is told `CommitUnknown` (a `DatabaseUnavailable`: in, or nothing of it) — not a
     plain "unavailable" that reads as "not written" — and it is not counted as a failure. The same
     request again, the database back, is ``document_exists``: it was in."""
-    lost, asked = 0, 0
+    lost, asked, reachable = 0, 0, False
 
-    async def hook(at: str, conn: Connection) -> None:
-        nonlocal lost
+    async def hook(at: str, conn: Connection | None) -> None:
+        nonlocal lost, asked
         if at == "after_commit" and not lost:
             lost += 1
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
-
-    async def unreachable(*args: Any) -> Any:
-        nonlocal asked
-        asked += 1
-        raise asyncpg.ConnectionDoesNotExistError("the server is gone")
+        if at == "resolve" and not reachable:  # whether it took effect: every question fails
+            asked += 1
+            raise asyncpg.ConnectionDoesNotExistError("the server is gone")
 
     service.faults.ingest_step = hook
-    monkeypatch.setattr(service.ingestor, "committed", unreachable)
     ref = await put(service, tenant, DOC)
-    request = IngestRequest(source=ref, title="G", visibility=Visibility.TENANT, principal=writer(tenant),
-                            origin_trust=TrustLevel.USER, document_id=uuid.uuid4())
+    document_id = uuid.uuid4()
+
+    async def ingest() -> None:
+        await service.ingest(ref, "G", Visibility.TENANT, writer(tenant), origin_trust=TrustLevel.USER,
+                             document_id=document_id)
+
     with pytest.raises(CommitUnknown) as raised:
-        await service.ingestor.ingest(request)
+        await ingest()
     assert isinstance(raised.value, DatabaseUnavailable) and raised.value.reason == "commit_unknown"
-    assert str(request.document_id) in raised.value.message
+    assert str(document_id) in raised.value.message
     assert (lost, asked) == (1, len(FAST) + 1)
     assert (await footprint(service, tenant))["documents"] == 1  # it was in
     stats = await service.ingest_stats(tenant)
     assert (stats.accepted, stats.failed) == (1, {})
-    monkeypatch.undo()
+    reachable = True
     with pytest.raises(IngestRefused) as again:
-        await service.ingestor.ingest(request)
+        await ingest()
     assert again.value.reason == "document_exists"
 
 
@@ -161,16 +160,16 @@ async def test_reads_ride_out_a_terminated_pool(service: KnowledgeService, tenan
     assert doc.document_id in {d.document_id for d in await service.documents(tenant)}
 
 
-async def test_a_search_that_keeps_failing_is_a_typed_error(service: KnowledgeService, tenant: str,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_search_that_keeps_failing_is_a_typed_error(service: KnowledgeService, tenant: str) -> None:
     calls = 0
 
-    async def broken(query: Any) -> Any:
+    async def broken(at: str, query: Any) -> None:
         nonlocal calls
-        calls += 1
-        raise asyncpg.ConnectionDoesNotExistError("injected")
+        if at == "before":
+            calls += 1
+            raise asyncpg.ConnectionDoesNotExistError("injected")
 
-    monkeypatch.setattr(service.searcher, "search", broken)
+    service.faults.search_step = broken
     with pytest.raises(DatabaseUnavailable, match="search"):
         await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="rollback"))
     assert calls == len(FAST) + 1

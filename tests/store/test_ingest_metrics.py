@@ -12,6 +12,7 @@ import pytest
 from knowledge.errors import ToolRefused
 from knowledge.models import Principal, TrustLevel
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from tests.ingest.test_ingest import DOC, put, writer
 from tests.test_tools import context, registry
 
@@ -45,15 +46,15 @@ async def test_refusals_before_the_service_are_counted_with_its_own(service: Kno
 
 
 @pytest.mark.anyio
-async def test_since_and_the_trend_day_by_day(service: KnowledgeService, tenant: str) -> None:
-    await service.db.execute(  # an earlier day's refusals, as the counters hold them
+async def test_since_and_the_trend_day_by_day(service: KnowledgeService, sql: Database, tenant: str) -> None:
+    await sql.execute(  # an earlier day's refusals, as the counters hold them
         "INSERT INTO knowledge_ingest_outcomes (tenant_id, day, outcome, reason, count) VALUES "
         "($1, '2020-01-01', 'refused', 'unsupported_media_type', 3), ($1, '2020-01-01', 'accepted', '', 1)", tenant)
     await service.ingest(await put(service, tenant, INSTRUCTION_LIKE), "Notes", "tenant", writer(tenant),
                          origin_trust=TrustLevel.USER)
     await service.ingest(await put(service, tenant, DOC), "Guide", "tenant", writer(tenant),
                          origin_trust=TrustLevel.USER)
-    today = await service.db.fetchval("SELECT current_date")
+    today = await sql.fetchval("SELECT current_date")
     assert (await service.ingest_stats(tenant)).refused == {"unsupported_media_type": 3}
     recent = await service.ingest_stats(tenant, since=today)
     assert recent.refused == {} and recent.accepted == 2

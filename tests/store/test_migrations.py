@@ -19,7 +19,7 @@ from knowledge.service import NO_PGVECTOR, KnowledgeService
 from knowledge.store.db import Database, dsn_with_database, open_bridge
 from knowledge.store.migrate import applied_versions, discover, migrate
 from knowledge.store.vectors import table_exists
-from tests.conftest import create_database, new_database
+from tests.conftest import create_database, new_database, open_sql
 
 
 @pytest.mark.anyio
@@ -104,8 +104,10 @@ async def test_without_pgvector_the_default_runs_lexical_only_and_the_arm_appear
     settings = Settings(dsn=plain, semantic_arm=None, sweep_interval_seconds=None, pool_min_size=1, pool_max_size=2)
     with caplog.at_level(logging.WARNING, logger="knowledge.service"):
         async with KnowledgeService.open(settings) as svc:
-            assert [a.name for a in svc.searcher.arms] == ["lexical"] and svc.embedder is None
-            assert 8 in await applied_versions(svc.db) and not await table_exists(svc.db)
+            arms = svc.retrieval().arms
+            assert arms == ["lexical"] and "semantic" not in arms
+            async with open_sql(svc.dsn) as db:
+                assert 8 in await applied_versions(db) and not await table_exists(db)
     assert caplog.messages.count(NO_PGVECTOR) == 1
     with pytest.raises(ConfigurationError, match="pgvector"):
         async with KnowledgeService.open(settings.model_copy(update={"semantic_arm": True})):
@@ -123,8 +125,8 @@ async def test_a_missing_database_is_created_when_the_role_may_else_the_error_sa
     name = f"knowledge_test_{uuid.uuid4().hex[:12]}"
     settings = Settings(dsn=dsn_with_database(admin_dsn, name), semantic_arm=False, sweep_interval_seconds=None,
                         pool_min_size=1, pool_max_size=2)
-    async with KnowledgeService.open(settings) as svc:  # this role may: created, then migrated
-        assert await applied_versions(svc.db) == [m.version for m in await anyio.to_thread.run_sync(discover)]
+    async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db:  # this role may: created, migrated
+        assert await applied_versions(db) == [m.version for m in await anyio.to_thread.run_sync(discover)]
     role = f"kt_plain_{uuid.uuid4().hex[:8]}"
     async with open_bridge() as bridge, Database.open(admin_dsn, bridge=bridge, min_size=1, max_size=1) as admin:
         await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB")

@@ -11,12 +11,14 @@ import anyio
 import psutil
 import pytest
 
+from knowledge.config import Settings
 from knowledge.errors import ExtractionRefused, IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeQuery, Principal, TrustLevel
 from knowledge.parsers.pdf import MAX_RANGE_SECONDS, SECONDS_PER_PAGE, PdfExtractor, range_deadline
 from knowledge.service import KnowledgeService
+from knowledge.store.db import Database
 from knowledge.supervisors.parser_pool import EXTRACT_SECONDS, ParserPool
-from tests.conftest import corpus_missing
+from tests.conftest import child_processes, corpus_missing
 
 PDFS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pdf"
 needs_corpus = pytest.mark.skipif(corpus_missing(PDFS / "MANIFEST.tsv"), reason="shared corpus not present")
@@ -84,33 +86,38 @@ async def test_every_corpus_pdf_ends_as_expected_within_its_deadline() -> None:
 
 @needs_corpus
 @pytest.mark.anyio
-async def test_pdf_ingest_end_to_end(service: KnowledgeService, tenant: str) -> None:
+async def test_pdf_ingest_end_to_end(settings: Settings, sql: Database, tenant: str) -> None:
     alice = Principal(tenant_id=tenant, principal_id="alice", scopes=frozenset({"knowledge.write"}))
+    before = {p.pid for p in child_processes()}
+    async with KnowledgeService.open(settings) as service:
 
-    async def ingest(name: str) -> object:
-        data = await anyio.Path(PDFS / name).read_bytes()
-        ref = await service.put_artifact(tenant, data, media_type="application/pdf", origin=ArtifactOrigin.UPLOAD,
-                                          trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=name)
-        return await service.ingest(ref, name, "tenant", alice, origin_trust=TrustLevel.USER)
+        async def ingest(name: str) -> object:
+            data = await anyio.Path(PDFS / name).read_bytes()
+            ref = await service.put_artifact(tenant, data, media_type="application/pdf", origin=ArtifactOrigin.UPLOAD,
+                                              trust=TrustLevel.EXTERNAL_UNTRUSTED, file_name=name)
+            return await service.ingest(ref, name, "tenant", alice, origin_trust=TrustLevel.USER)
 
-    await ingest("pypdf__pdflatex-outline.pdf")
-    paths = [list(r["heading_path"]) for r in await service.db.fetch(
-        "SELECT heading_path FROM knowledge_chunks WHERE tenant_id = $1 ORDER BY ordinal", tenant)]
-    assert paths and all(p[0] == "pypdf__pdflatex-outline.pdf" for p in paths)
-    assert any(len(p) > 1 for p in paths)  # PDF chunks carry headings from the outline
-    hits = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="printed text meaning"))
-    assert hits
-    inspection = await service.inspect_pdf(await anyio.Path(PDFS / "pypdf__pdflatex-outline.pdf").read_bytes())
-    assert inspection["pages"] == 4 and inspection["encrypted"] is False
+        await ingest("pypdf__pdflatex-outline.pdf")
+        paths = [list(r["heading_path"]) for r in await sql.fetch(
+            "SELECT heading_path FROM knowledge_chunks WHERE tenant_id = $1 ORDER BY ordinal", tenant)]
+        assert paths and all(p[0] == "pypdf__pdflatex-outline.pdf" for p in paths)
+        assert any(len(p) > 1 for p in paths)  # PDF chunks carry headings from the outline
+        hits = await service.search(KnowledgeQuery(tenant_id=tenant, principal_id="alice", text="printed text meaning"))
+        assert hits
+        inspection = await service.inspect_pdf(await anyio.Path(PDFS / "pypdf__pdflatex-outline.pdf").read_bytes())
+        assert inspection["pages"] == 4 and inspection["encrypted"] is False
 
-    rows = await anyio.to_thread.run_sync(manifest)  # a file read: not on the loop
-    encrypted = next(r["file"] for r in rows if r["category"] == "encrypted_owner")
-    image_only = next(r["file"] for r in rows if r["category"] == "image_only")
-    for name, reason in [(encrypted, "pdf_encrypted"), (image_only, "no_text")]:
-        with pytest.raises(IngestRefused) as refused:
-            await ingest(name)
-        assert refused.value.reason == reason
-    assert service.parser_pool.live == set()
+        rows = await anyio.to_thread.run_sync(manifest)  # a file read: not on the loop
+        encrypted = next(r["file"] for r in rows if r["category"] == "encrypted_owner")
+        image_only = next(r["file"] for r in rows if r["category"] == "image_only")
+        for name, reason in [(encrypted, "pdf_encrypted"), (image_only, "no_text")]:
+            with pytest.raises(IngestRefused) as refused:
+                await ingest(name)
+            assert refused.value.reason == reason
+        health = await service.health()  # no job's child outlives its refusal
+        assert health.parsers is not None and health.parsers.in_jobs == 0
+    # Every parser child — each job's, and the spares the service keeps — is reaped (its pool is private).
+    assert {p.pid for p in child_processes()} - before == set()
 
 
 @pytest.mark.slow
