@@ -237,6 +237,10 @@ class ParserPool:
     history: list[JobRecord] = field(default_factory=list)
     keep_history: int = 1000
 
+    def spares(self) -> int:
+        """Warm spare children this event loop's slots hold (shared by every pool on the loop)."""
+        return len(loop_slots().spares)
+
     async def inspect(self, data: bytes, deadline: float = INSPECT_SECONDS) -> dict[str, Any]:
         """Upload inspection: page count, encryption, outline. Raises `ExtractionRefused`
         (``pdf_encrypted``/``pdf_unreadable``/``pdf_too_large``) or `ParserFailure`.

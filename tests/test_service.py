@@ -15,6 +15,7 @@ from knowledge.service import KnowledgeService
 from knowledge.store.db import Database, open_bridge
 from knowledge.store.locks import lock_document
 from tests.conftest import child_processes, open_sql
+from tests.helpers.progress import hang_detector
 
 
 async def _connections_of(dsn: str, app: str) -> int:
@@ -80,7 +81,7 @@ async def test_cancellation_mid_query_closes_everything(settings: Settings, tena
             await anyio.sleep(0.01)
         scope.cancel()
 
-    with anyio.fail_after(30):  # hang detector
+    with hang_detector():  # hang detector
         with anyio.CancelScope() as scope:
             async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db:
                 ref = await svc.put_artifact(tenant, b"# Doc\n\nThe release is tagged weekly.\n",
@@ -116,7 +117,7 @@ async def test_sweeper_runs_in_the_service_task_group(settings: Settings, tenant
     async with KnowledgeService.open(settings) as svc, open_sql(svc.dsn) as db:
         ref = await svc.put_artifact(tenant, b"bye", media_type="text/plain")
         await svc.expire_artifacts(tenant, [ref.artifact_id])
-        with anyio.fail_after(10):
+        with hang_detector():
             while await db.fetchval(  # noqa: ASYNC110 - polling the database, not an event
                     "SELECT count(*) FROM artifacts WHERE tenant_id = $1", tenant):
                 await anyio.sleep(0.05)

@@ -17,6 +17,7 @@ from knowledge.models import ArtifactRef, Principal
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Connection, Database
 from tests.helpers.kit import Kit
+from tests.helpers.progress import HANG_SECONDS
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 PDFS = CORPUS / "pdf"
@@ -109,7 +110,8 @@ class Gate:
             await self.opened.wait()
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool]], seconds: float = 30.0, every: float = 0.02) -> None:
+async def wait_for(predicate: Callable[[], Awaitable[bool]], seconds: float = HANG_SECONDS,
+                   every: float = 0.02) -> None:
     """Poll ``predicate`` until true; ``seconds`` is a hang detector, not a timing assertion."""
     with anyio.fail_after(seconds):
         while not await predicate():  # noqa: ASYNC110 - the state polled lives in the database

@@ -8,6 +8,18 @@ import anyio
 
 from knowledge import KnowledgeService
 
+#: A hang detector's bound: how long a wait may go without its condition before the test fails. Far above
+#: what any such wait takes on a loaded 2-core machine (the longest seen: ~60 s, at load 6 with several
+#: suites running at once), so a busy machine is never taken for a hang; a real hang still fails (and
+#: pytest's ``faulthandler_timeout`` dumps every stack first).
+HANG_SECONDS = 300.0
+
+
+def hang_detector(seconds: float = HANG_SECONDS) -> anyio.CancelScope:
+    """``anyio.fail_after`` as a hang detector, not a timing assertion (see `HANG_SECONDS`)."""
+    return anyio.fail_after(seconds)
+
+
 #: How long the embedding backlog may stand still before a wait fails: the child's first start (the
 #: model loaded) and one batch on a loaded 2-core machine take well under this.
 STALL_SECONDS = 240.0

@@ -47,6 +47,7 @@ from tests.helpers.attachments import (
     worker,
 )
 from tests.helpers.kit import Kit
+from tests.helpers.progress import hang_detector
 
 pytestmark = pytest.mark.anyio
 
@@ -199,7 +200,7 @@ async def test_the_same_file_sent_twice_at_once_is_one_document(service: Knowled
         kit = Kit(db, faults=Faults(ingest_step=gate))
         for w in [worker(kit, tenant, batch=1), worker(kit, tenant, batch=1)]:
             tg.start_soon(w.drain)
-        with anyio.fail_after(30):
+        with hang_detector():
             await gate.reached.wait()
         await wait_for(second_waits_on_the_key)
         gate.opened.set()
@@ -349,7 +350,7 @@ async def test_a_conversation_deleted_mid_ingest_leaves_no_document(service: Kno
     w = worker(kit, tenant)
     async with anyio.create_task_group() as tg:
         tg.start_soon(w.drain)
-        with anyio.fail_after(30):
+        with hang_detector():
             await gate.reached.wait()
         assert (await service.delete_conversation(tenant, "c1")).attachments == 1
         gate.opened.set()

@@ -27,6 +27,7 @@ from knowledge.store.db import Database
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
 from tests.conftest import open_sql
 from tests.helpers.kit import Kit
+from tests.helpers.progress import hang_detector
 from tests.ingest.test_ingest import SECRETS, footprint, nothing_but_inputs, put, writer
 
 pytestmark = pytest.mark.anyio
@@ -246,7 +247,7 @@ async def test_requests_are_prepared_as_many_at_once_as_their_extractors_allow(
     extractor = _Counting("application/x-counted", concurrency)
     ingestor = Ingestor(kit.db, kit.artifacts, ExtractorRegistry([extractor]))
     refs = [await put(service, tenant, text(n).encode(), "application/x-counted") for n in range(6)]
-    with anyio.fail_after(60):  # a hang detector: concurrency 2 waits for a second preparation
+    with hang_detector():  # a hang detector: concurrency 2 waits for a second preparation
         outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"G{i}") for i, r in enumerate(refs)])
     assert all(isinstance(o, KnowledgeDocument) for o in outcomes)
     assert extractor.most == concurrency

@@ -14,6 +14,7 @@ from knowledge.errors import DeleteRefused, IngestRefused
 from knowledge.models import ArtifactOrigin, KnowledgeChunk, KnowledgeQuery, Principal, TrustLevel
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database
+from tests.helpers.progress import hang_detector
 
 
 def owner(tenant: str, name: str = "alice") -> Principal:
@@ -97,7 +98,7 @@ async def test_versions_deletes_and_searches_interleaved(service: KnowledgeServi
                 if p.document_id in deleted_at and deleted_at[p.document_id] < began:
                     violations.append(str(p.document_id))
 
-    with anyio.fail_after(60):  # a deadlock detector
+    with hang_detector():  # a deadlock detector
         async with anyio.create_task_group() as tg:
             for doc in docs:
                 tg.start_soon(versioner, doc, 3)

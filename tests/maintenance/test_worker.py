@@ -43,6 +43,7 @@ from tests.helpers.attachments import (
     worker,
 )
 from tests.helpers.kit import Kit
+from tests.helpers.progress import hang_detector
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ async def test_two_workers_over_200_attachments_one_cancelled_mid_batch(service:
             tg.start_soon(second.drain)
             async with anyio.create_task_group() as mine:
                 mine.start_soon(first.drain)
-                with anyio.fail_after(60):
+                with hang_detector():
                     await gate.reached.wait()
                 held = [r for r in refs if (await status(service, tenant, r)).lease_owner == "first"]
                 first_scope.cancel()
@@ -151,7 +152,7 @@ async def test_a_batch_whose_leases_are_all_lost_stops_and_leaves_nothing(servic
     gate = Gate("before_commit", hold=1)
     kit.faults.ingest_step = gate
     w = worker(kit, tenant, lease_seconds=0.3)
-    with anyio.fail_after(60):  # a hang detector: the gate holds the batch until something cancels it
+    with hang_detector():  # a hang detector: the gate holds the batch until something cancels it
         async with anyio.create_task_group() as tg:
             tg.start_soon(w.drain)
             await gate.reached.wait()
@@ -182,7 +183,7 @@ async def test_a_lease_lost_mid_batch_withdraws_only_that_attachment(service: Kn
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(w.drain)
-        with anyio.fail_after(30):
+        with hang_detector():
             await gate.reached.wait()
         assert (await service.delete_conversation(tenant, "c2")).attachments == 1
         await wait_for(functools.partial(renewed_since, datetime.now(UTC)))  # a renewal after the loss
@@ -296,7 +297,7 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, kit: 
         process = await anyio.open_process(command, cwd=ROOT)
         try:
             async with contextlib.aclosing(_lines(process)) as lines:  # closed here, not by the collector
-                with anyio.fail_after(60):
+                with hang_detector():
                     ready = await anext(lines)
                 assert ready["ready"] and len(ready["workers"]) == 1
                 await service.mark_attachments(owner(tenant), [ref.artifact_id], conversation_id="c1")
@@ -305,13 +306,13 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, kit: 
                     seen = await status(service, tenant, ref)
                     return seen.lease_owner == ready["workers"][0] and await _blocked_on_a_lock(sql)
 
-                await wait_for(mid_job, 60)
+                await wait_for(mid_job)
                 if how == "sigkill":
                     process.kill()
                     assert await process.wait() == -signal.SIGKILL
                 else:
                     process.terminate()
-                    with anyio.fail_after(30):  # hang detector: a clean stop is prompt
+                    with hang_detector():  # hang detector: a clean stop is prompt
                         assert await process.wait() == 0
                         stopped = await anext(lines)
                     assert stopped["stopped"] and stopped["workers"][0]["released"] == 1
@@ -331,7 +332,7 @@ async def test_a_worker_process_stopped_mid_job(service: KnowledgeService, kit: 
     assert (await footprint(sql, tenant))["documents"] == 0  # nothing half-written
 
     survivor = worker(kit, tenant, "survivor")
-    with anyio.fail_after(60):
+    with hang_detector():
         assert await survivor.drain() == 1
     done = await status(service, tenant, ref)
     assert done.state is AttachmentState.INGESTED and done.document_id == document_id
@@ -416,7 +417,7 @@ async def test_a_crashing_worker_is_restarted_and_its_crash_loop_is_visible(
 async def test_closing_the_service_mid_job_releases_the_attachment(settings: Settings, kit: Kit, sql: Database,
                                                                    tenant: str) -> None:
     gate = Gate("before_commit", hold=1)
-    with anyio.fail_after(30):  # hang detector: closing mid-job is prompt
+    with hang_detector():  # hang detector: closing mid-job is prompt
         async with KnowledgeService.open(with_workers(settings, tenant)) as svc:
             svc.faults.ingest_step = gate
             ref = await upload(svc, tenant, markdown("Maintenance window"), "window.md")
@@ -457,7 +458,7 @@ async def test_a_stalled_worker_loses_its_lease_and_makes_no_second_document(ser
         stalled_ingestor = Kit(db, faults=Faults(ingest_step=gate)).ingestor
         stalled = AttachmentWorker(_Stalled(db), stalled_ingestor, options, worker_id="stalled")
         tg.start_soon(stalled.step)
-        with anyio.fail_after(30):
+        with hang_detector():
             await gate.reached.wait()
         tg.start_soon(second.drain)
         await wait_for(lambda: _blocked_on_a_lock(sql))

@@ -25,6 +25,7 @@ from knowledge.models import (
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database
 from knowledge.store.locks import lock_document
+from tests.helpers.progress import hang_detector
 
 TOPICS = ["rollback", "failover", "snapshot", "compaction", "quorum", "defrag"]
 
@@ -128,7 +129,7 @@ async def test_a_cancelled_turn_returns_nothing_and_traces_nothing(service: Know
                 results.append(await service.turn(request(tenant, "rollback failover snapshot", 10_000)))
 
             tg.start_soon(turn)
-            with anyio.fail_after(30):  # a bound on the wait for the turn to block, not a timing assertion
+            with hang_detector():  # a bound on the wait for the turn to block, not a timing assertion
                 await lock_waiter(sql)
             tg.cancel_scope.cancel()
     assert results == []

@@ -33,7 +33,7 @@ from knowledge.store.db import Connection, Database
 from knowledge.supervisors.embedder import BATCH_PASSAGES, Embedder
 from tests.cli.test_cli import knowledge  # noqa: F401  (the CLI fixture)
 from tests.conftest import open_sql
-from tests.helpers.progress import wait_embedded
+from tests.helpers.progress import hang_detector, wait_embedded
 from tests.ingest.test_ingest import footprint, nothing_but_inputs, put, writer
 from tests.ingest.test_versions import ParagraphChunker
 
@@ -202,14 +202,14 @@ async def test_a_document_deleted_while_its_batch_is_in_the_child_leaves_no_vect
     os.killpg(pid, signal.SIGSTOP)
     try:
         doc = await ingest(semantic, tenant, BACKUPS.replace("Disaster", "Cluster"), embedded=False, title="b.md")
-        with anyio.fail_after(60):
+        with hang_detector():
             while not drain.in_flight:  # noqa: ASYNC110  (the drain's state, polled)
                 await anyio.sleep(0.02)
         await semantic.svc.delete(doc, writer(tenant))
         assert await queued(semantic, tenant) == []
     finally:
         os.killpg(pid, signal.SIGCONT)
-    with anyio.fail_after(120):
+    with hang_detector():
         while drain.in_flight:  # noqa: ASYNC110  (the batch comes back; its vectors are skipped)
             await anyio.sleep(0.02)
     assert embedder.pid == pid and embedder.restarts == 0
@@ -262,7 +262,7 @@ async def test_an_embedder_killed_mid_backlog_loses_nothing(semantic: Semantic, 
     doc = await ingest(semantic, big, BACKUPS * 400, embedded=False, title="big.md")  # 4 batches or more
     assert (await footprint(semantic.svc, big))["chunks"] > BATCH_PASSAGES  # two batches at least
     assert doc in {c.document_id for c in await arms(semantic)[0].search(semantic.db, q(big, "snapshot"), 50)}
-    with anyio.fail_after(120):  # a first batch written and the next one in the child: mid-backlog
+    with hang_detector():  # a first batch written and the next one in the child: mid-backlog
         while drain.embedded_chunks == before or not drain.in_flight:  # noqa: ASYNC110  (the drain's state)
             await anyio.sleep(0.01)
     os.killpg(first, signal.SIGKILL)
@@ -302,7 +302,7 @@ def ranking(passages: Any) -> list[tuple[str, float]]:
 
 
 async def until_serving(semantic: Semantic) -> None:
-    with anyio.fail_after(120):
+    with hang_detector():
         while not semantic.embedder.serving:  # noqa: ASYNC110  (a test polling the actor's state)
             await anyio.sleep(0.05)
 
@@ -342,7 +342,7 @@ async def test_a_child_that_dies_idle_is_replaced_unasked_and_backoff_forgives_c
         first = embedder.pid
         assert first is not None
         os.killpg(first, signal.SIGKILL)  # idle: no request is in flight
-        with anyio.fail_after(120):
+        with hang_detector():
             while embedder.pid in (None, first) or not embedder.serving:  # noqa: ASYNC110  (polling the actor)
                 await anyio.sleep(0.05)
         assert embedder.restarts == n and embedder.failures == 1  # each child had served: no growing backoff

@@ -12,6 +12,7 @@ import trio
 
 from knowledge.store.db import Database, open_bridge
 from knowledge.store.retry import retry_transient, typed_faults
+from tests.helpers.progress import hang_detector
 
 
 async def _active_sleeps(dsn: str, app: str) -> int:
@@ -56,7 +57,7 @@ async def test_transaction_rolls_back_on_error_and_on_cancel(database_dsn: str) 
 async def test_cancelled_query_leaves_pool_usable(database_dsn: str) -> None:
     app = f"cancel-{uuid.uuid4().hex[:8]}"
     async with open_bridge() as bridge:
-        with anyio.fail_after(30):  # a hang detector, not a timing assertion
+        with hang_detector():  # a hang detector, not a timing assertion
             async with Database.open(database_dsn, bridge=bridge, min_size=1, max_size=1,
                                      application_name=app) as db:
                 with anyio.move_on_after(0.3) as scope:

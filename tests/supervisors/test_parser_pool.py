@@ -12,6 +12,7 @@ from anyio.abc import Process
 
 from knowledge.errors import ExtractionRefused, ParserFailure
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER, JobRecord, ParserPool, loop_slots
+from tests.helpers.progress import hang_detector
 
 FAKE = (sys.executable, "-m", "tests.helpers.fake_child")
 
@@ -282,7 +283,7 @@ async def test_spares_serve_jobs_within_the_cap_and_die_with_their_keeper(anyio_
         await anyio.sleep(0.3)
         assert alive() == 0  # no spare before this loop parses anything
         assert await pool.extract(b"ok") == "done ok"
-        with anyio.fail_after(10):
+        with hang_detector():
             while alive() < 2:  # noqa: ASYNC110 - polling the OS, not an event
                 await anyio.sleep(0.05)
         spare_pids = {c.pid for c in me.children()}
