@@ -53,6 +53,7 @@ from knowledge.ingest.ingestor import Ingestor
 from knowledge.models import Authority, KnowledgeDocument, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, QueryCanceled, is_transient
+from knowledge.store.faults import Faults
 from knowledge.store.traces import prune_traces
 from knowledge.supervisors.actors import ActorStatus, Pulse, Supervisor
 from knowledge.vocabulary import WRITE_SCOPE
@@ -179,9 +180,12 @@ class AttachmentWorker:
     """One claim loop over the attachment queue; see the module docstring."""
 
     def __init__(self, queue: AttachmentQueue, ingestor: Ingestor, options: WorkerOptions | None = None, *,
-                 worker_id: str | None = None, doorbell: Doorbell | None = None) -> None:
+                 worker_id: str | None = None, doorbell: Doorbell | None = None, faults: Faults | None = None
+                 ) -> None:
         self.queue = queue
         self._ingestor = ingestor
+        #: The fault-injection seam's claim hook (``worker_step``): the ingest's own, unless given.
+        self._faults = faults if faults is not None else ingestor.faults
         self.options = options or WorkerOptions()
         self.worker_id = worker_id or new_worker_id()
         self.doorbell = doorbell or Doorbell()
@@ -221,7 +225,7 @@ class AttachmentWorker:
     async def step(self) -> int:
         """Claim a batch (up to ``batch`` attachments) and see it through; return how many were
         claimed (0: nothing was claimable). Cancellation: as `run`."""
-        await self._ingestor.faults.worker("claim")
+        await self._faults.worker("claim")
         claims = await self.queue.claim(self.worker_id, self.options.lease_seconds, self.options.tenant_id,
                                         max_attempts=self.options.max_attempts, limit=self.options.batch)
         for claim in claims:

@@ -31,6 +31,7 @@ from knowledge.ingest.attachments import AttachmentQueue, Claim, Outcome
 from knowledge.maintenance import worker as worker_module
 from knowledge.maintenance.worker import _MIN_IDLE_SECONDS, AttachmentWorker, MaintenanceWorker, WorkerOptions
 from knowledge.models import ArtifactRef
+from knowledge.store.faults import Faults
 from knowledge.supervisors.actors import Pulse, Supervisor
 from knowledge.vocabulary import ArtifactOrigin, TrustLevel
 
@@ -180,7 +181,8 @@ class IdleQueue:
 
 def idle_worker(queue: object, **options: Any) -> AttachmentWorker:
     ingestor: Any = None  # never reached: nothing is claimed
-    return AttachmentWorker(cast(AttachmentQueue, queue), ingestor, WorkerOptions(**options), worker_id="w")
+    return AttachmentWorker(cast(AttachmentQueue, queue), ingestor, WorkerOptions(**options), worker_id="w",
+                            faults=Faults())
 
 
 @pytest.mark.trio
