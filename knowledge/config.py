@@ -108,6 +108,10 @@ class Settings(BaseModel):
     #: these 2 cores, 76-85 windows/s when the other core is idle and 43-49 when it is busy, where
     #: spinning threads fall to 7-33 (`scripts/bench_embedder.py`, README).
     embedder_threads: int = Field(default=2, ge=1, le=64)
+    #: The embedder child restarts after this when it died before serving, doubling per consecutive
+    #: such death up to the maximum (a child that had served restarts after the base at once).
+    embedder_restart_base_seconds: float = Field(default=1.0, ge=0)
+    embedder_restart_max_seconds: float = Field(default=30.0, ge=0)
     #: The ranking policy's relevance floor (`knowledge.core.ranking.KNOWLEDGE_V2`): passages that
     #: probably answer nothing are not returned, and a question nothing answers gets nothing.
     #: False returns the best passages whatever their relevance (each still carries it).

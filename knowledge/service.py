@@ -217,7 +217,9 @@ async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup
     version = model_version(window)
     if not settings.semantic_model:  # queue for the arm; another process embeds
         return await SemanticParts(version).start(db, task_group)
-    embedder = Embedder(window=window, threads=settings.embedder_threads)
+    embedder = Embedder(window=window, threads=settings.embedder_threads,
+                        restart_base_seconds=settings.embedder_restart_base_seconds,
+                        restart_max_seconds=settings.embedder_restart_max_seconds)
     drain = EmbeddingDrain(db, embedder, version, tenant=settings.embedding_tenant)
     parts = SemanticParts(version, embedder, drain if settings.semantic_drain else None)
     await parts.start(db, task_group)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -45,6 +46,7 @@ from knowledge.store.embedding_queue import (
     renew_lease,
     unembedded_chunks,
 )
+from knowledge.store.retry import retry_transient
 from knowledge.store.vectors import insert_missing
 from knowledge.supervisors.embedder import BATCH_PASSAGES, Embedder
 
@@ -65,6 +67,10 @@ BATCH_WINDOWS = 16
 MAX_ATTEMPTS = 5
 #: How long a drain waits after the embedder could not answer, or after a database fault.
 RETRY_SECONDS = 1.0
+#: How long a failed batch's rows are offered back (retried while the database comes back), and the
+#: waits between the attempts.
+RELEASE_SECONDS = 15.0
+RELEASE_DELAYS = (0.1, 0.3, 0.6, 1.0, 2.0, 3.0, 4.0)
 
 
 class Backlog(BaseModel):
@@ -231,8 +237,13 @@ class EmbeddingDrain:
         self._signal()
 
     async def _release(self, rows: list[QueueRow], *, failed: bool) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
-            await release_claim(self.db, keys=_keys(rows), attempts_back=0 if failed else 1)
+        """Hand the rows back now. A batch fails most often because the database went away (a
+        restart, a terminated connection), so the release is retried while it comes back: rows left
+        leased would wait out `LEASE_SECONDS` (two minutes) before any drain took them again. What
+        cannot be released within the bound is left to its lease."""
+        release = functools.partial(release_claim, self.db, keys=_keys(rows), attempts_back=0 if failed else 1)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_SECONDS), contextlib.suppress(Exception):
+            await retry_transient("releasing embedding queue rows", release, RELEASE_DELAYS)
 
 
 def estimated_windows(tokens: int) -> int:

@@ -519,6 +519,9 @@ def _settings(options: StressOptions, data_dir: Path, application_name: str) -> 
                     attachment_workers=options.workers, attachment_lease_seconds=5.0, attachment_poll_seconds=0.2,
                     attachment_retry_base_seconds=0.2, attachment_retry_max_seconds=1.0,
                     worker_restart_base_seconds=0.1, worker_restart_max_seconds=1.0,
+                    # the faults kill the embedder child while it loads too: a backoff grown to 30 s
+                    # would leave the drain idle for most of the run (its doubling has tests of its own)
+                    embedder_restart_base_seconds=0.1, embedder_restart_max_seconds=1.0,
                     application_name=application_name)
     return settings if options.semantic is None else settings.model_copy(update={"semantic_arm": options.semantic})
 
