@@ -42,6 +42,9 @@ from blockbuster import BlockBuster
 # The suite tests lexical behaviour exactly; the semantic arm's tests (tests/semantic/test_semantic.py) turn
 # it on explicitly. An explicit KNOWLEDGE_SEMANTIC_ARM in the environment still wins.
 os.environ.setdefault("KNOWLEDGE_SEMANTIC_ARM", "off")
+# The CLI's tests read its output as a pipe reads it: no terminal, and no $COLUMNS unless a test sets one
+# (pytest-xdist's workers inherit the controller's terminal width in $COLUMNS).
+os.environ.pop("COLUMNS", None)
 
 from knowledge.config import Settings
 from knowledge.service import KnowledgeService
