@@ -4,7 +4,7 @@ is a function with named arguments returning domain values — and nowhere else 
 
 Issue 33's review counted 59 such calls outside the store (60 by this count); all moved: the invariant
 audit (`knowledge.store.audit`), the server's identity and clients (`knowledge.store.server`), the lexical
-arm (`knowledge.store.retrieval.lexical_rows`), the semantic arm (`knowledge.store.retrieval.VectorStatements`),
+arm (`knowledge.store.retrieval.lexical_hits`), the semantic arm (`knowledge.store.retrieval.VectorStatements`),
 the embedding queue (`knowledge.store.embedding_queue`), the attachment queue
 (`knowledge.store.attachment_queue`), the stress tools and the demo, and the ingest path
 (`knowledge.store.ingest_writes`: the one-statement ingest, a group's, a lost commit's resolution, a

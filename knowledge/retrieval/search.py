@@ -42,7 +42,7 @@ from knowledge.models import KnowledgeQuery, RetrievedPassage
 from knowledge.store.db import Database
 from knowledge.store.evidence import lexical_evidence
 from knowledge.store.faults import Faults
-from knowledge.store.retrieval import candidate_from_row, lexical_rows
+from knowledge.store.retrieval import lexical_hits
 from knowledge.structured import run_both
 
 _log = logging.getLogger(__name__)
@@ -105,14 +105,12 @@ class LexicalArm:
         return (await self.search_result(db, query, limit)).candidates
 
     async def search_result(self, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:
-        rows = await lexical_rows(db, query=query, k1=self.k1, b=self.b, limit=limit)
+        found = await lexical_hits(db, query=query, k1=self.k1, b=self.b, limit=limit, arm=self.name)
         terms = None
-        if rows:
-            first = rows[0]
-            terms = LexicalEvidence(idf=dict(zip(first["query_terms"], map(float, first["query_idf"]), strict=True)),
-                                    avgdl=float(first["avgdl"]))
-        return ArmResult(self.name, [candidate_from_row(r, rank_no, self.name, float(r["strength"]))
-                                     for rank_no, r in enumerate(rows, start=1)], terms)
+        if found.idf is not None and found.avgdl is not None:
+            terms = LexicalEvidence(idf=found.idf, avgdl=found.avgdl)
+        return ArmResult(self.name, [hit.ranked(rank_no, hit.score)
+                                     for rank_no, hit in enumerate(found.hits, start=1)], terms)
 
 
 async def arm_result(arm: Arm, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:

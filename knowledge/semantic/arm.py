@@ -42,7 +42,7 @@ from knowledge.core.ranking import Candidate
 from knowledge.errors import ArmUnavailable, EmbedderUnavailable
 from knowledge.models import KnowledgeQuery
 from knowledge.store.db import Database
-from knowledge.store.retrieval import VectorStatements, candidate_from_row
+from knowledge.store.retrieval import VectorStatements
 from knowledge.supervisors.embedder import Embedder
 
 #: all-MiniLM-L6-v2 puts unrelated English text at cosine 0.0-0.2 and paraphrases above 0.5.
@@ -104,11 +104,10 @@ class SemanticArm:
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
         vector = await self._query_vector(query.text, cached=False)
-        rows = await self._statements.nearest(db, query=query, vector=vector, windows=limit * WINDOWS_PER_CHUNK,
-                                              limit=limit, exact_max_windows=self.exact_max_windows)
+        hits = await self._statements.nearest(db, query=query, vector=vector, windows=limit * WINDOWS_PER_CHUNK,
+                                              limit=limit, exact_max_windows=self.exact_max_windows, arm=self.name)
         floor = self.cosine_floor
-        return [candidate_from_row(r, rank_no, self.name, (float(r["cosine"]) - floor) / (1 - floor))
-                for rank_no, r in enumerate(rows, start=1)]
+        return [hit.ranked(rank_no, (hit.score - floor) / (1 - floor)) for rank_no, hit in enumerate(hits, start=1)]
 
     async def cosines(self, db: Database, query: KnowledgeQuery, chunk_ids: Sequence[str]) -> dict[str, float]:
         """The best window's cosine to the query for each of ``chunk_ids`` that has vectors of this

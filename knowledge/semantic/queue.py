@@ -37,7 +37,8 @@ from pydantic import BaseModel
 from knowledge.errors import EmbedderUnavailable
 from knowledge.store.db import Database
 from knowledge.store.embedding_queue import (
-    backlog_row,
+    QueueRow,
+    backlog_counts,
     claim_sets,
     enqueue_missing_sets,
     pending_sets,
@@ -92,15 +93,6 @@ class Backlog(BaseModel):
             return f"semantic arm ({self.model_version}): every chunk has its vectors"
         return (f"semantic arm ({self.model_version}): vectors are still being added — {self.chunks} chunks "
                 f"waiting; search answers lexically for those until then")
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    tenant_id: str
-    seq: int
-    document_id: uuid.UUID
-    version: int
-    chunker_version: str
 
 
 async def enqueue_missing(db: Database, version: str, tenant: str | None = None) -> int:
@@ -202,10 +194,8 @@ class EmbeddingDrain:
         self._progress = anyio.Event()
 
     async def _claim(self) -> list[QueueRow]:
-        found = await claim_sets(self.db, version=self.version, rows=self.claim_rows, lease_seconds=self.lease_seconds,
-                                 max_attempts=MAX_ATTEMPTS, tenant=self.tenant)
-        return sorted((QueueRow(r["tenant_id"], int(r["seq"]), r["document_id"], int(r["version"]),
-                                r["chunker_version"]) for r in found), key=lambda r: r.seq)
+        return await claim_sets(self.db, version=self.version, rows=self.claim_rows, lease_seconds=self.lease_seconds,
+                                max_attempts=MAX_ATTEMPTS, tenant=self.tenant)
 
     async def _drain(self, rows: list[QueueRow]) -> None:
         """Embed every chunk of the claimed sets that lacks a vector, a batch at a time; each
@@ -213,11 +203,9 @@ class EmbeddingDrain:
         work: list[tuple[str, str, tuple[str, ...], str]] = []
         sizes: list[int] = []
         for row in rows:
-            found = await unembedded_chunks(self.db, tenant_id=row.tenant_id, document_id=row.document_id,
-                                            version=row.version, chunker_version=row.chunker_version,
-                                            model_version=self.version)
-            work.extend((row.tenant_id, r["chunk_id"], tuple(r["heading_path"]), r["text"]) for r in found)
-            sizes.extend(estimated_windows(int(r["tokens"])) for r in found)
+            found = await unembedded_chunks(self.db, row=row, model_version=self.version)
+            work.extend((row.tenant_id, c.chunk_id, c.heading_path, c.text) for c in found)
+            sizes.extend(estimated_windows(c.tokens) for c in found)
         for first, last in batches(sizes, self.batch_windows):
             batch = work[first:last]
             self.in_flight = len(batch)
@@ -231,9 +219,9 @@ class EmbeddingDrain:
                 self.in_flight = 0
             self._done.append((time.monotonic(), sum(len(v) for v in vectors)))
             self.embedded_chunks += len(batch)
-            await renew_lease(self.db, keys=_keys(rows), lease_seconds=self.lease_seconds)
+            await renew_lease(self.db, rows=rows, lease_seconds=self.lease_seconds)
             self._signal()
-        await remove_done(self.db, keys=_keys(rows))
+        await remove_done(self.db, rows=rows)
         self._signal()
 
     async def _release(self, rows: list[QueueRow], *, failed: bool) -> None:
@@ -241,7 +229,7 @@ class EmbeddingDrain:
         restart, a terminated connection), so the release is retried while it comes back: rows left
         leased would wait out `LEASE_SECONDS` (two minutes) before any drain took them again. What
         cannot be released within the bound is left to its lease."""
-        release = functools.partial(release_claim, self.db, keys=_keys(rows), attempts_back=0 if failed else 1)
+        release = functools.partial(release_claim, self.db, rows=rows, attempts_back=0 if failed else 1)
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_SECONDS), contextlib.suppress(Exception):
             await retry_transient("releasing embedding queue rows", release, RELEASE_DELAYS)
 
@@ -267,15 +255,11 @@ def batches(sizes: list[int], budget: int) -> list[tuple[int, int]]:
     return out
 
 
-def _keys(rows: list[QueueRow]) -> tuple[list[str], list[int]]:
-    return [r.tenant_id for r in rows], [r.seq for r in rows]
-
-
 async def queue_backlog(db: Database, version: str, tenant: str | None = None, rate: float = 0.0) -> Backlog:
     """What waits for vectors under model ``version`` (of one tenant, or all): a query of the
     queue, which any process may run (no drain, no model); ``rate``: the windows per second of
     the drain asking, if one does."""
-    row = await backlog_row(db, version=version, max_attempts=MAX_ATTEMPTS, tenant=tenant)
-    return Backlog(model_version=version, chunk_sets=int(row["sets"]), chunks=int(row["chunks"]),
-                   stuck_sets=int(row["stuck"]), oldest_wait_seconds=round(float(row["oldest"]), 3),
+    counts = await backlog_counts(db, version=version, max_attempts=MAX_ATTEMPTS, tenant=tenant)
+    return Backlog(model_version=version, chunk_sets=counts.chunk_sets, chunks=counts.chunks,
+                   stuck_sets=counts.stuck_sets, oldest_wait_seconds=counts.oldest_wait_seconds,
                    windows_per_second=round(rate, 2))

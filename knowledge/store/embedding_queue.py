@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from knowledge.store.db import Database, Record
+from knowledge.store.db import Database
 
 # A chunk set queued for embedding: the ingest's and re-chunk's statements end with it (followed by
 # VALUES or a SELECT of tenant, document, version, chunker version, model version, chunk count).
@@ -109,7 +110,39 @@ FROM knowledge_embedding_queue q WHERE q.model_version = $1 AND ($3::text IS NUL
 
 # --- the statements, each a function with named arguments (issue 33: the store owns its statements) ---------
 
-Keys = tuple[Sequence[str], Sequence[int]]  # the rows' tenants and sequence numbers, in one order
+@dataclass(frozen=True)
+class QueueRow:
+    """A claimed queue row: one chunk set (tenant, document, version, chunker version) and its place."""
+
+    tenant_id: str
+    seq: int
+    document_id: uuid.UUID
+    version: int
+    chunker_version: str
+
+
+@dataclass(frozen=True)
+class UnembeddedChunk:
+    """A chunk of a claimed set without a vector of the model version: what the drain embeds."""
+
+    chunk_id: str
+    heading_path: tuple[str, ...]
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class BacklogCounts:
+    """The queue's chunk sets, their chunks, the sets left for an operator and the oldest wait."""
+
+    chunk_sets: int
+    chunks: int
+    stuck_sets: int
+    oldest_wait_seconds: float
+
+
+def _keys(rows: Sequence[QueueRow]) -> tuple[list[str], list[int]]:
+    return [r.tenant_id for r in rows], [r.seq for r in rows]
 
 
 async def enqueue_missing_sets(db: Database, *, version: str, tenant: str | None) -> int:
@@ -123,34 +156,38 @@ async def pending_sets(db: Database, *, version: str, tenant: str, document_id: 
 
 
 async def claim_sets(db: Database, *, version: str, rows: int, lease_seconds: float, max_attempts: int,
-                     tenant: str | None) -> list[Record]:
-    """`CLAIM`: at most ``rows`` claimable rows under a lease of ``lease_seconds``, tenant-fair."""
-    return await db.fetch(CLAIM, version, rows, lease_seconds, max_attempts, tenant)
+                     tenant: str | None) -> list[QueueRow]:
+    """`CLAIM`: at most ``rows`` claimable rows under a lease of ``lease_seconds``, tenant-fair; in
+    queue order."""
+    found = await db.fetch(CLAIM, version, rows, lease_seconds, max_attempts, tenant)
+    return sorted((QueueRow(r["tenant_id"], int(r["seq"]), r["document_id"], int(r["version"]), r["chunker_version"])
+                   for r in found), key=lambda r: r.seq)
 
 
-async def unembedded_chunks(db: Database, *, tenant_id: str, document_id: uuid.UUID, version: int,
-                            chunker_version: str, model_version: str) -> list[Record]:
-    """`UNEMBEDDED_OF_SET`: the chunks of one chunk set without a ``model_version`` vector."""
-    return await db.fetch(UNEMBEDDED_OF_SET, tenant_id, document_id, version, chunker_version, model_version)
+async def unembedded_chunks(db: Database, *, row: QueueRow, model_version: str) -> list[UnembeddedChunk]:
+    """`UNEMBEDDED_OF_SET`: the chunks of a claimed chunk set without a ``model_version`` vector."""
+    found = await db.fetch(UNEMBEDDED_OF_SET, row.tenant_id, row.document_id, row.version, row.chunker_version,
+                           model_version)
+    return [UnembeddedChunk(r["chunk_id"], tuple(r["heading_path"]), r["text"], int(r["tokens"])) for r in found]
 
 
-async def renew_lease(db: Database, *, keys: Keys, lease_seconds: float) -> None:
+async def renew_lease(db: Database, *, rows: Sequence[QueueRow], lease_seconds: float) -> None:
     """`RENEW`: extend the claimed rows' lease (progress was made: their attempts start again)."""
-    await db.execute(RENEW, list(keys[0]), list(keys[1]), lease_seconds)
+    await db.execute(RENEW, *_keys(rows), lease_seconds)
 
 
-async def remove_done(db: Database, *, keys: Keys) -> None:
+async def remove_done(db: Database, *, rows: Sequence[QueueRow]) -> None:
     """`DONE`: delete the rows whose chunks all have vectors."""
-    await db.execute(DONE, list(keys[0]), list(keys[1]))
+    await db.execute(DONE, *_keys(rows))
 
 
-async def release_claim(db: Database, *, keys: Keys, attempts_back: int) -> None:
+async def release_claim(db: Database, *, rows: Sequence[QueueRow], attempts_back: int) -> None:
     """`RELEASE`: give claimed rows back, with ``attempts_back`` attempts returned (0 after a failure)."""
-    await db.execute(RELEASE, list(keys[0]), list(keys[1]), attempts_back)
+    await db.execute(RELEASE, *_keys(rows), attempts_back)
 
 
-async def backlog_row(db: Database, *, version: str, max_attempts: int, tenant: str | None) -> Record:
-    """`BACKLOG`: the queue's sets, chunks, stuck sets, oldest wait and windows for ``version``."""
+async def backlog_counts(db: Database, *, version: str, max_attempts: int, tenant: str | None) -> BacklogCounts:
+    """`BACKLOG`: the queue's sets, chunks, stuck sets and oldest wait for ``version``."""
     row = await db.fetchrow(BACKLOG, version, max_attempts, tenant)
     assert row is not None  # an aggregate: one row, always
-    return row
+    return BacklogCounts(int(row["sets"]), int(row["chunks"]), int(row["stuck"]), round(float(row["oldest"]), 3))

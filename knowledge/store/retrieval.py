@@ -6,6 +6,7 @@ candidate query carries the same two predicates (`knowledge.retrieval.search`,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from knowledge.core.ranking import Candidate
 from knowledge.models import KnowledgeQuery
@@ -89,15 +90,38 @@ LIMIT $9
 """
 
 
-def candidate_from_row(row: Record, rank_no: int, arm: str, strength: float) -> Candidate:
-    """A candidate from an arm's row (chunk and document columns), its rank and evidence."""
-    return Candidate(
+@dataclass(frozen=True)
+class ArmHit:
+    """A chunk an arm's statement found, in its rank order, and the statement's score for it (the
+    lexical arm's BM25 strength, the semantic arm's best window's cosine)."""
+
+    candidate: Candidate  # ranked 1 by this arm, with strength 0: `ranked` sets both
+    score: float
+
+    def ranked(self, rank_no: int, strength: float) -> Candidate:
+        """The candidate at ``rank_no`` of its arm, with ``strength`` (clamped to [0, 1])."""
+        arm = next(iter(self.candidate.arm_ranks))
+        return replace(self.candidate, arm_ranks={arm: rank_no}, strength=min(max(strength, 0.0), 1.0))
+
+
+def _hit(row: Record, arm: str, score: str) -> ArmHit:
+    return ArmHit(Candidate(
         chunk_id=row["chunk_id"], document_id=row["document_id"], version=row["version"], title=row["title"],
         heading_path=tuple(row["heading_path"]), text=row["text"], tokens=row["tokens"], doc_date=row["doc_date"],
         authority=Authority(row["authority"]), project_scope=row["project_scope"],
         instruction_like=row["contains_instruction_like_text"], content_sha256=row["content_sha256"],
-        arm_ranks={arm: rank_no}, strength=min(max(strength, 0.0), 1.0),
-    )
+        arm_ranks={arm: 1}, strength=0.0,
+    ), float(row[score]))
+
+
+@dataclass(frozen=True)
+class LexicalHits:
+    """The lexical arm's hits, and the query's statistics as its statement read them (each query
+    term's idf and the tenant's average chunk length; None when nothing matched)."""
+
+    hits: list[ArmHit]
+    idf: dict[str, float] | None
+    avgdl: float | None
 
 
 def nearest_sql(version: str, dim: int, exact: bool) -> str:
@@ -132,11 +156,18 @@ ORDER BY b.distance, b.chunk_id
 """
 
 
-async def lexical_rows(db: Database, *, query: KnowledgeQuery, k1: float, b: float, limit: int) -> list[Record]:
+async def lexical_hits(db: Database, *, query: KnowledgeQuery, k1: float, b: float, limit: int,
+                       arm: str = "lexical") -> LexicalHits:
     """The lexical arm's candidates for ``query`` (`LEXICAL_SQL`): BM25 with ``k1`` and ``b``, the
     query's visibility, ceiling and ``as_of`` applied, at most ``limit``."""
-    return await db.fetch(LEXICAL_SQL, query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
+    rows = await db.fetch(LEXICAL_SQL, query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
                           query.sensitivity_ceiling.admitted(), query.as_of, limit)
+    if not rows:
+        return LexicalHits([], None, None)
+    first = rows[0]
+    return LexicalHits([_hit(r, arm, "strength") for r in rows],
+                       dict(zip(first["query_terms"], map(float, first["query_idf"]), strict=True)),
+                       float(first["avgdl"]))
 
 
 class VectorStatements:
@@ -151,7 +182,7 @@ class VectorStatements:
         self._scan_options = scan_options_sql(ef_search, max_scan_tuples)
 
     async def nearest(self, db: Database, *, query: KnowledgeQuery, vector: str, windows: int, limit: int,
-                      exact_max_windows: int) -> list[Record]:
+                      exact_max_windows: int, arm: str = "semantic") -> list[ArmHit]:
         """The chunks of the nearest ``windows`` windows, at most ``limit``: an exact scan of the tenant's
         windows where it holds at most ``exact_max_windows`` of them, else the HNSW index."""
         args = (query.tenant_id, vector, windows, limit, query.principal_id, query.current_scope,
@@ -159,9 +190,11 @@ class VectorStatements:
         async with db.transaction() as tx:
             held = await tx.fetchval(WINDOW_COUNT, query.tenant_id, self.version, exact_max_windows + 1)
             if held <= exact_max_windows:
-                return await tx.fetch(self._exact, *args)
-            await tx.execute(self._scan_options)
-            return await tx.fetch(self._ann, *args)
+                rows = await tx.fetch(self._exact, *args)
+            else:
+                await tx.execute(self._scan_options)
+                rows = await tx.fetch(self._ann, *args)
+        return [_hit(r, arm, "cosine") for r in rows]
 
     async def cosines(self, db: Database, *, tenant_id: str, vector: str, chunk_ids: Sequence[str]) -> dict[str, float]:
         """The best window's cosine to ``vector`` of each of ``chunk_ids`` that has vectors of this version."""
