@@ -43,8 +43,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from knowledge.errors import KnowledgeError
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.parsers.base import base_media_type
-from knowledge.store.artifacts import collect_bytes, insert_artifact, ref_from_row, store_retrying
+from knowledge.store.artifacts import collect_bytes, insert_artifact, store_retrying
 from knowledge.store.attachment_queue import (
+    ClaimedAttachment,
+    MarkCandidate,
+    Marking,
+    Settlement,
     claim_attachments,
     lease_holder,
     mark_read,
@@ -58,7 +62,7 @@ from knowledge.store.attachment_queue import (
     state_counts,
     status_row,
 )
-from knowledge.store.db import Connection, Database, Record
+from knowledge.store.db import Connection, Database
 from knowledge.store.deletion import withdraw_unreferenced
 from knowledge.store.documents import count_outcome
 from knowledge.store.locks import lock_documents
@@ -200,19 +204,20 @@ async def upload_attachment(db: Database, inspect: Inspect, tenant_id: str, data
     return await store_retrying(db, tenant_id, write)  # transient faults retried, the inspection not repeated
 
 
-def _decide(actor: MessageActor, row: Record, media_types: set[str]) -> tuple[AttachmentState | None, str | None]:
+def _decide(actor: MessageActor, found: MarkCandidate,
+            media_types: set[str]) -> tuple[AttachmentState | None, str | None]:
     """The marking rule for one attachment (pure): the state to record and why."""
-    if row["attachment_state"] is not None:
-        return AttachmentState(row["attachment_state"]), NotMarked.ALREADY_MARKED.value
+    if found.state is not None:
+        return found.state, NotMarked.ALREADY_MARKED.value
     if not isinstance(actor, Principal):
         return None, NotMarked.ACTOR_NOT_PRINCIPAL.value
     if not actor.has_scope(WRITE_SCOPE):
         return None, NotMarked.MISSING_SCOPE.value
-    if row["origin"] != ArtifactOrigin.UPLOAD.value:
+    if found.origin is not ArtifactOrigin.UPLOAD:
         return None, NotMarked.NOT_AN_UPLOAD.value
-    if base_media_type(row["media_type"]) not in media_types:
+    if base_media_type(found.media_type) not in media_types:
         return None, NotMarked.UNSUPPORTED_MEDIA_TYPE.value
-    inspection = json.loads(row["inspection"]) if row["inspection"] is not None else None
+    inspection = found.inspection
     if inspection is not None and not inspection.get("ok", True) and not inspection.get("transient", False):
         return AttachmentState.REFUSED, str(inspection.get("reason") or "pdf_unreadable")
     return AttachmentState.PENDING, None
@@ -231,21 +236,18 @@ async def mark_attachments(db: Database, actor: MessageActor, artifact_ids: Iter
     principal_id = actor.principal_id if isinstance(actor, Principal) else None
     marks: dict[uuid.UUID, AttachmentMark] = {}
     async with db.transaction() as tx:
-        rows = await mark_read(tx, tenant_id=actor.tenant_id, artifact_ids=ids)
-        fresh: list[tuple[uuid.UUID, str | None, str | None, uuid.UUID | None]] = []
-        for row in rows:
-            state, reason = _decide(actor, row, supported)
-            marks[row["artifact_id"]] = AttachmentMark(artifact_id=row["artifact_id"], state=state, reason=reason)
+        fresh: list[Marking] = []
+        for found in await mark_read(tx, tenant_id=actor.tenant_id, artifact_ids=ids):
+            state, reason = _decide(actor, found, supported)
+            marks[found.artifact_id] = AttachmentMark(artifact_id=found.artifact_id, state=state, reason=reason)
             if state is None or reason == NotMarked.ALREADY_MARKED.value:
-                fresh.append((row["artifact_id"], None, None, None))  # recorded with the conversation only
+                fresh.append(Marking(artifact_id=found.artifact_id))  # recorded with the conversation only
             else:
                 assert principal_id is not None
-                fresh.append((row["artifact_id"], state.value, reason,
-                              attachment_document_id(actor.tenant_id, principal_id, row["sha256"])))
+                fresh.append(Marking(artifact_id=found.artifact_id, state=state, reason=reason,
+                                     document_id=attachment_document_id(actor.tenant_id, principal_id, found.sha256)))
         await record_marks(tx, tenant_id=actor.tenant_id, conversation_id=conversation_id,
-                           principal_id=principal_id, artifact_ids=[f[0] for f in fresh],
-                           states=[f[1] for f in fresh], reasons=[f[2] for f in fresh],
-                           document_ids=[f[3] for f in fresh])
+                           principal_id=principal_id, marks=fresh)
         for mark in marks.values():  # a file the service cannot read is a refusal by cause, like an ingest's
             if mark.reason == NotMarked.UNSUPPORTED_MEDIA_TYPE.value:
                 await count_outcome(tx, actor.tenant_id, "refused", mark.reason)
@@ -299,17 +301,16 @@ Settled = Literal["ingested", "refused", "pending", "failed", "lease_lost", "wit
 
 _STATE_OF: dict[str, Settled] = {"ingested": "ingested", "refused": "refused", "retry": "pending", "failed": "failed"}
 
-def _claim_of(row: Record, worker_id: str) -> Claim:
-    principal_id = row["attached_by"] or ""
+def _claim_of(claimed: ClaimedAttachment, worker_id: str) -> Claim:
+    principal_id = claimed.attached_by or ""
+    source = claimed.source
     return Claim(
-        source=ref_from_row(row), worker_id=worker_id, attempt=int(row["attachment_attempts"]),
-        principal_id=principal_id,
-        document_id=row["attachment_document_id"] or attachment_document_id(row["tenant_id"], principal_id,
-                                                                            row["sha256"]),
-        document_exists=bool(row["document_exists"]), conversation_id=row["conversation_id"],
-        upload_seq=int(row["upload_seq"]),
-        taken_over_from=row["prev_owner"] if row["prev_state"] == AttachmentState.INGESTING.value else None,
-        exhausted=bool(row["exhausted"]),
+        source=source, worker_id=worker_id, attempt=claimed.attempts, principal_id=principal_id,
+        document_id=claimed.document_id or attachment_document_id(source.tenant_id, principal_id, source.sha256),
+        document_exists=claimed.document_exists, conversation_id=claimed.conversation_id,
+        upload_seq=claimed.upload_seq,
+        taken_over_from=claimed.previous_owner if claimed.previous_state is AttachmentState.INGESTING else None,
+        exhausted=claimed.exhausted,
     )
 
 
@@ -328,9 +329,9 @@ class AttachmentQueue:
         empty when nothing is claimable. Workers skip each other's rows being claimed (``SKIP
         LOCKED``). A takeover of attempt ``max_attempts`` is not a new attempt: the claim is
         ``exhausted``. Cancellation: the statement rolls back; nothing is claimed."""
-        rows = await claim_attachments(self._db, worker_id=worker_id, lease_seconds=lease_seconds,
-                                       tenant_id=tenant_id, max_attempts=max_attempts, limit=limit)
-        claims = [_claim_of(row, worker_id) for row in rows]
+        claimed = await claim_attachments(self._db, worker_id=worker_id, lease_seconds=lease_seconds,
+                                          tenant_id=tenant_id, max_attempts=max_attempts, limit=limit)
+        claims = [_claim_of(c, worker_id) for c in claimed]
         return sorted(claims, key=lambda c: c.upload_seq)
 
     async def renew(self, claims: Sequence[Claim], lease_seconds: float) -> set[uuid.UUID]:
@@ -361,13 +362,11 @@ class AttachmentQueue:
         async with self._db.transaction() as tx:
             await lock_documents(tx, [(c.tenant_id, c.document_id)
                                       for c, s in zip(claims, states, strict=True) if s == "ingested"])
-            done = await settle_attachments(
-                tx, worker_id=claims[0].worker_id, tenant_ids=[c.tenant_id for c in claims],
-                artifact_ids=[c.artifact_id for c in claims], states=list(states), reasons=[o.reason for o in final],
-                document_ids=[c.document_id if s == "ingested" else None for c, s in zip(claims, states, strict=True)],
-                delays=[float(backoff(c.attempt)) if s == "pending" else 0.0
-                        for c, s in zip(claims, states, strict=True)],
-                kinds=[o.kind for o in final])
+            done = await settle_attachments(tx, worker_id=claims[0].worker_id, settlements=[
+                Settlement(tenant_id=c.tenant_id, artifact_id=c.artifact_id, state=s, reason=o.reason,
+                           document_id=c.document_id if s == "ingested" else None,
+                           delay=float(backoff(c.attempt)) if s == "pending" else 0.0, outcome=o.kind)
+                for c, o, s in zip(claims, final, states, strict=True)])
         settled: list[Settled] = []
         for claim, state in zip(claims, states, strict=True):
             if claim.artifact_id in done:
@@ -393,13 +392,13 @@ class AttachmentQueue:
         conversation was deleted), and the document this claim may have made is withdrawn unless a
         live attachment still refers to it; ``lease_lost`` — another worker holds it; None — it is
         still this claim's."""
-        row = await lease_holder(self._db, tenant_id=claim.tenant_id, artifact_id=claim.artifact_id)
-        if row is None or not row["live"]:
+        holder = await lease_holder(self._db, tenant_id=claim.tenant_id, artifact_id=claim.artifact_id)
+        if holder is None or not holder.live:
             async with self._db.transaction() as tx:
                 await withdraw_unreferenced(tx, claim.tenant_id, [claim.document_id],
                                             {"cause": "attachment_withdrawn", "artifact_id": str(claim.artifact_id)})
             return "withdrawn"
-        if row["lease_owner"] != claim.worker_id or row["attachment_state"] != AttachmentState.INGESTING.value:
+        if holder.lease_owner != claim.worker_id or holder.state is not AttachmentState.INGESTING:
             return "lease_lost"
         return None
 
@@ -414,15 +413,15 @@ class AttachmentQueue:
 
     async def overview(self, tenant_id: str) -> QueueOverview:
         """`QueueOverview` of one tenant's live attachments, in one statement."""
-        rows = await overview_rows(self._db, tenant_id=tenant_id)
+        groups = await overview_rows(self._db, tenant_id=tenant_id)
         by_state: dict[str, int] = {}
         reasons: dict[str, dict[str, int]] = {}
-        oldest = [float(r["oldest"]) for r in rows if r["oldest"] is not None]
-        for r in rows:
-            by_state[r["state"]] = by_state.get(r["state"], 0) + int(r["n"])
-            if r["state"] in ("refused", "failed") and r["reason"]:
-                reasons.setdefault(r["state"], {})[r["reason"]] = int(r["n"])
-        return QueueOverview(by_state=by_state, reasons=reasons, expired_leases=sum(int(r["expired"]) for r in rows),
+        oldest = [g.oldest_pending_seconds for g in groups if g.oldest_pending_seconds is not None]
+        for g in groups:
+            by_state[g.state.value] = by_state.get(g.state.value, 0) + g.count
+            if g.state in (AttachmentState.REFUSED, AttachmentState.FAILED) and g.reason:
+                reasons.setdefault(g.state.value, {})[g.reason] = g.count
+        return QueueOverview(by_state=by_state, reasons=reasons, expired_leases=sum(g.expired_leases for g in groups),
                              oldest_pending_seconds=max(oldest) if oldest else None)
 
     async def status(self, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
@@ -430,15 +429,11 @@ class AttachmentQueue:
         row = await status_row(self._db, tenant_id=tenant_id, artifact_id=artifact_id)
         if row is None:
             return None
-        state = AttachmentState(row["attachment_state"]) if row["attachment_state"] else None
         return AttachmentStatus(
-            tenant_id=row["tenant_id"], artifact_id=row["artifact_id"], conversation_id=row["conversation_id"],
-            file_name=row["file_name"], media_type=row["media_type"], trust=TrustLevel(row["trust"]),
-            upload_seq=row["upload_seq"], state=state, reason=row["refusal_reason"],
-            attempts=row["attachment_attempts"], history=json.loads(row["history"]),
-            document_id=row["attachment_document_id"] if state is AttachmentState.INGESTED else None,
-            lease_owner=row["lease_owner"], lease_expires_at=row["lease_expires_at"],
-            next_attempt_at=row["next_attempt_at"],
-            inspection=json.loads(row["inspection"]) if row["inspection"] is not None else None,
-            attached_by=row["attached_by"], expired=row["expired"],
+            tenant_id=row.tenant_id, artifact_id=row.artifact_id, conversation_id=row.conversation_id,
+            file_name=row.file_name, media_type=row.media_type, trust=row.trust, upload_seq=row.upload_seq,
+            state=row.state, reason=row.reason, attempts=row.attempts, history=row.history,
+            document_id=row.document_id if row.state is AttachmentState.INGESTED else None,
+            lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at, next_attempt_at=row.next_attempt_at,
+            inspection=row.inspection, attached_by=row.attached_by, expired=row.expired,
         )

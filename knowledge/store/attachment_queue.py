@@ -2,6 +2,11 @@
 marker, marking a message's attachments, and the queue a worker drains — claim under a lease,
 renew, settle, release — with the operator's reads (counts, overview, status). The queue's logic
 (`knowledge.ingest.attachments`: the marking rule, `AttachmentQueue`) runs them.
+
+Each statement is a function with named, typed arguments; what it reads comes back as a small frozen
+dataclass of this module (`MarkCandidate`, `ClaimedAttachment`, `LeaseHolder`, `OverviewGroup`,
+`AttachmentRow`), built here from the row, and what it writes per attachment goes in as one
+(`Marking`, `Settlement`): no caller reads a column or builds a statement's tuple.
 """
 
 from __future__ import annotations
@@ -9,9 +14,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from knowledge.store.artifacts import LIVE, ref_columns
+from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, TrustLevel
+from knowledge.store.artifacts import LIVE, ref_columns, ref_from_row
 from knowledge.store.db import Connection, Database, Record
 
 # Keep a PDF's upload inspection marker on its artifact: $1 tenant, $2 artifact, $3 the marker (JSON).
@@ -172,6 +180,113 @@ FROM artifacts WHERE tenant_id = $1 AND artifact_id = $2
 """
 
 
+# --- what the statements read and write, typed ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkCandidate:
+    """An artifact a message names, as marking reads it (`mark_read`)."""
+
+    artifact_id: uuid.UUID
+    origin: ArtifactOrigin
+    media_type: str
+    sha256: str
+    state: AttachmentState | None  # set by an earlier send
+    inspection: dict[str, Any] | None  # the upload inspection marker (a PDF's)
+
+
+@dataclass(frozen=True)
+class Marking:
+    """One attachment of a message to record (`record_marks`): with the conversation only (``state``
+    None), or marked with its state, reason and the document it is to become."""
+
+    artifact_id: uuid.UUID
+    state: AttachmentState | None = None
+    reason: str | None = None
+    document_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedAttachment:
+    """An attachment `claim_attachments` took under a lease, with what it was before the claim."""
+
+    source: ArtifactRef
+    attached_by: str | None  # the principal whose message marked it
+    document_id: uuid.UUID | None  # the document it is to become, as recorded when marked
+    attempts: int  # counting this one (a takeover of the last is not counted: ``exhausted``)
+    conversation_id: str | None
+    upload_seq: int
+    previous_state: AttachmentState  # pending, or ingesting under an expired lease (a takeover)
+    previous_owner: str | None  # the worker whose lease expired, if any
+    exhausted: bool  # a takeover of the last allowed attempt
+    document_exists: bool  # that document was live when claimed
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One claim's outcome to record (`settle_attachments`)."""
+
+    tenant_id: str
+    artifact_id: uuid.UUID
+    state: str  # the new state: ingested, refused, pending or failed
+    reason: str | None
+    document_id: uuid.UUID | None  # ingested only
+    delay: float  # seconds of backoff (pending only)
+    outcome: str  # the attempt's outcome, as the history records it
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds an attachment's lease (`lease_holder`)."""
+
+    state: AttachmentState | None
+    lease_owner: str | None
+    live: bool  # not expired
+
+
+@dataclass(frozen=True)
+class OverviewGroup:
+    """One (state, reason) group of a tenant's live attachments (`overview_rows`)."""
+
+    state: AttachmentState
+    reason: str | None
+    count: int
+    expired_leases: int  # ingesting under an expired lease
+    oldest_pending_seconds: float | None  # the age of the group's oldest pending attachment
+
+
+@dataclass(frozen=True)
+class AttachmentRow:
+    """One attachment as the queue sees it, expired or not (`status_row`)."""
+
+    tenant_id: str
+    artifact_id: uuid.UUID
+    conversation_id: str | None
+    file_name: str | None
+    media_type: str
+    trust: TrustLevel
+    upload_seq: int
+    state: AttachmentState | None
+    reason: str | None
+    attempts: int
+    history: list[dict[str, Any]]
+    document_id: uuid.UUID | None  # as recorded, whatever the state
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    next_attempt_at: datetime | None
+    inspection: dict[str, Any] | None
+    attached_by: str | None
+    expired: bool
+
+
+def _state(value: str | None) -> AttachmentState | None:
+    return AttachmentState(value) if value else None
+
+
+def _json(text: str | None) -> Any:
+    return json.loads(text) if text is not None else None
+
+
 # --- the statements, each a function with named arguments (issue 33: the store owns its statements) ---------
 
 
@@ -180,23 +295,39 @@ async def set_inspection(tx: Connection, *, tenant_id: str, artifact_id: uuid.UU
     await tx.execute(SET_INSPECTION, tenant_id, artifact_id, json.dumps(marker))
 
 
-async def mark_read(tx: Connection, *, tenant_id: str, artifact_ids: Sequence[uuid.UUID]) -> list[Record]:
+def _candidate(row: Record) -> MarkCandidate:
+    return MarkCandidate(artifact_id=row["artifact_id"], origin=ArtifactOrigin(row["origin"]),
+                         media_type=row["media_type"], sha256=row["sha256"], state=_state(row["attachment_state"]),
+                         inspection=_json(row["inspection"]))
+
+
+async def mark_read(tx: Connection, *, tenant_id: str, artifact_ids: Sequence[uuid.UUID]) -> list[MarkCandidate]:
     """`MARK_READ`: the artifacts a message names, locked for marking."""
-    return await tx.fetch(MARK_READ, tenant_id, list(artifact_ids))
+    return [_candidate(row) for row in await tx.fetch(MARK_READ, tenant_id, list(artifact_ids))]
 
 
 async def record_marks(tx: Connection, *, tenant_id: str, conversation_id: str | None, principal_id: str | None,
-                       artifact_ids: Sequence[uuid.UUID], states: Sequence[str | None],
-                       reasons: Sequence[str | None], document_ids: Sequence[uuid.UUID | None]) -> None:
-    """`MARK`: record a message's attachments, each with its state, reason and document (parallel lists)."""
-    await tx.execute(MARK, tenant_id, conversation_id, principal_id, list(artifact_ids), list(states), list(reasons),
-                     list(document_ids))
+                       marks: Sequence[Marking]) -> None:
+    """`MARK`: record a message's attachments, each with its state, reason and document."""
+    await tx.execute(MARK, tenant_id, conversation_id, principal_id, [m.artifact_id for m in marks],
+                     [None if m.state is None else m.state.value for m in marks], [m.reason for m in marks],
+                     [m.document_id for m in marks])
+
+
+def _claimed(row: Record) -> ClaimedAttachment:
+    return ClaimedAttachment(
+        source=ref_from_row(row), attached_by=row["attached_by"], document_id=row["attachment_document_id"],
+        attempts=int(row["attachment_attempts"]), conversation_id=row["conversation_id"],
+        upload_seq=int(row["upload_seq"]), previous_state=AttachmentState(row["prev_state"]),
+        previous_owner=row["prev_owner"], exhausted=bool(row["exhausted"]),
+        document_exists=bool(row["document_exists"]))
 
 
 async def claim_attachments(db: Database, *, worker_id: str, lease_seconds: float, tenant_id: str | None,
-                            max_attempts: int, limit: int) -> list[Record]:
+                            max_attempts: int, limit: int) -> list[ClaimedAttachment]:
     """`CLAIM`: up to ``limit`` claimable attachments, each under a lease for ``worker_id``."""
-    return await db.fetch(CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
+    rows = await db.fetch(CLAIM, worker_id, float(lease_seconds), tenant_id, max_attempts, limit)
+    return [_claimed(row) for row in rows]
 
 
 async def renew_leases(db: Database, *, tenant_ids: Sequence[str], artifact_ids: Sequence[uuid.UUID],
@@ -206,13 +337,13 @@ async def renew_leases(db: Database, *, tenant_ids: Sequence[str], artifact_ids:
     return {row["artifact_id"] for row in rows}
 
 
-async def settle_attachments(tx: Connection, *, worker_id: str, tenant_ids: Sequence[str],
-                             artifact_ids: Sequence[uuid.UUID], states: Sequence[str], reasons: Sequence[str | None],
-                             document_ids: Sequence[uuid.UUID | None], delays: Sequence[float],
-                             kinds: Sequence[str]) -> set[uuid.UUID]:
-    """`SETTLE`: record each claim's outcome (parallel lists) and release its lease; the settled ones."""
-    rows = await tx.fetch(SETTLE, worker_id, list(tenant_ids), list(artifact_ids), list(states), list(reasons),
-                          list(document_ids), list(delays), list(kinds))
+async def settle_attachments(tx: Connection, *, worker_id: str,
+                             settlements: Sequence[Settlement]) -> set[uuid.UUID]:
+    """`SETTLE`: record each claim's outcome and release its lease; the settled ones."""
+    s = settlements
+    rows = await tx.fetch(SETTLE, worker_id, [x.tenant_id for x in s], [x.artifact_id for x in s],
+                          [x.state for x in s], [x.reason for x in s], [x.document_id for x in s],
+                          [float(x.delay) for x in s], [x.outcome for x in s])
     return {row["artifact_id"] for row in rows}
 
 
@@ -221,9 +352,12 @@ async def release_attachment(db: Database, *, tenant_id: str, artifact_id: uuid.
     return bool(await db.fetchval(RELEASE, tenant_id, artifact_id, worker_id))
 
 
-async def lease_holder(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> Record | None:
-    """`LEASE_HOLDER`: who holds an attachment's lease, its state, and whether it is live."""
-    return await db.fetchrow(LEASE_HOLDER, tenant_id, artifact_id)
+async def lease_holder(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> LeaseHolder | None:
+    """`LEASE_HOLDER`: who holds an attachment's lease, its state, and whether it is live; None if gone."""
+    row = await db.fetchrow(LEASE_HOLDER, tenant_id, artifact_id)
+    if row is None:
+        return None
+    return LeaseHolder(state=_state(row["attachment_state"]), lease_owner=row["lease_owner"], live=bool(row["live"]))
 
 
 async def seconds_until_due(db: Database, *, tenant_id: str | None) -> float | None:
@@ -237,11 +371,29 @@ async def state_counts(db: Database, *, tenant_id: str | None) -> dict[str, int]
     return {r["state"]: int(r["n"]) for r in await db.fetch(COUNTS, tenant_id)}
 
 
-async def overview_rows(db: Database, *, tenant_id: str) -> list[Record]:
+def _group(row: Record) -> OverviewGroup:
+    return OverviewGroup(state=AttachmentState(row["state"]), reason=row["reason"], count=int(row["n"]),
+                         expired_leases=int(row["expired"]),
+                         oldest_pending_seconds=None if row["oldest"] is None else float(row["oldest"]))
+
+
+async def overview_rows(db: Database, *, tenant_id: str) -> list[OverviewGroup]:
     """`OVERVIEW`: one tenant's live attachments by state and reason, with expired leases and ages."""
-    return await db.fetch(OVERVIEW, tenant_id)
+    return [_group(row) for row in await db.fetch(OVERVIEW, tenant_id)]
 
 
-async def status_row(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> Record | None:
+def _attachment(row: Record) -> AttachmentRow:
+    return AttachmentRow(
+        tenant_id=row["tenant_id"], artifact_id=row["artifact_id"], conversation_id=row["conversation_id"],
+        file_name=row["file_name"], media_type=row["media_type"], trust=TrustLevel(row["trust"]),
+        upload_seq=row["upload_seq"], state=_state(row["attachment_state"]), reason=row["refusal_reason"],
+        attempts=row["attachment_attempts"], history=json.loads(row["history"]),
+        document_id=row["attachment_document_id"], lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"], next_attempt_at=row["next_attempt_at"],
+        inspection=_json(row["inspection"]), attached_by=row["attached_by"], expired=row["expired"])
+
+
+async def status_row(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentRow | None:
     """`STATUS`: one attachment's row; None if the artifact is gone."""
-    return await db.fetchrow(STATUS, tenant_id, artifact_id)
+    row = await db.fetchrow(STATUS, tenant_id, artifact_id)
+    return None if row is None else _attachment(row)
