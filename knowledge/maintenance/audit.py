@@ -23,7 +23,6 @@ Shared by `scripts/stress_service.py` and the tests. Four parts:
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import psutil
 import sniffio
 
-from knowledge.models import KnowledgeQuery, RetrievedPassage, Sensitivity, Visibility
+from knowledge.models import AttachmentState, KnowledgeQuery, RetrievedPassage, Sensitivity, Visibility
 from knowledge.store import audit as store
 from knowledge.store.db import Connection, Database
 
@@ -150,37 +149,37 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
     or its set is queued for them; with ``drained`` (the queue has been drained), it has them."""
     audit = StorageAudit()
     if semantic_version is not None:
-        for r in await store.unembedded_sets(conn, tenants=tenants, version=semantic_version, drained=drained):
-            audit.partial.append(f"{r['tenant_id']}/{r['document_id']} v{r['version']}: {r['chunks']} chunks "
+        for u in await store.unembedded_sets(conn, tenants=tenants, version=semantic_version, drained=drained):
+            audit.partial.append(f"{u.tenant_id}/{u.document_id} v{u.version}: {u.chunks} chunks "
                                  f"without {semantic_version} vectors (in the lexical arm only"
                                  f"{', after the queue drained' if drained else ', and not queued'})")
-    for r in await store.live_versions(conn, tenants=tenants):
+    for v in await store.live_versions(conn, tenants=tenants):
         audit.live_documents += 1
-        name = f"{r['tenant_id']}/{r['document_id']} v{r['version']}"
+        name = f"{v.tenant_id}/{v.document_id} v{v.version}"
         missing = [what for what, bad in (
-            ("its chunk set", r["chunk_count"] is None),
-            (f"chunks ({r['chunks']} of {r['chunk_count']})", r["chunk_count"] is not None
-             and r["chunks"] != r["chunk_count"]),
-            (f"index rows ({r['index_rows']} of {r['chunks']})", r["index_rows"] != r["chunks"]),
-            ("its live source artifact", not r["source_ok"]),
-            ("its ingest event", not r["event_ok"])) if bad]
+            ("its chunk set", v.chunk_count is None),
+            (f"chunks ({v.chunks} of {v.chunk_count})", v.chunk_count is not None
+             and v.chunks != v.chunk_count),
+            (f"index rows ({v.index_rows} of {v.chunks})", v.index_rows != v.chunks),
+            ("its live source artifact", not v.source_ok),
+            ("its ingest event", not v.event_ok)) if bad]
         if missing:
             audit.partial.append(f"{name} lacks {', '.join(missing)}")
-    for r in await store.orphan_chunk_sets(conn, tenants=tenants):
-        if r["chunks"] != r["chunk_count"]:
-            audit.partial.append(f"chunk set {r['tenant_id']}/{r['document_id']} v{r['version']} "
-                                 f"{r['chunker_version']}: {r['chunks']} of {r['chunk_count']} chunks")
-    for r in await store.orphan_sources(conn, tenants=tenants):
-        audit.orphans.append(f"source artifact {r['tenant_id']}/{r['artifact_id']} of no document")
-    for r in await store.postings_recount(conn, tenants=tenants):
-        t = r["tenant_id"]
-        if r["orphan_postings"]:
-            audit.orphans.append(f"{r['orphan_postings']} postings of {t} belong to no index row")
-        if r["postings"] != r["lexemes"]:
-            audit.statistics.append(f"{t}: {r['postings']} postings for {r['lexemes']} indexed lexemes")
-        if (r["stat_chunks"], r["stat_dl"]) != (r["chunks"], r["dl"]):
-            audit.statistics.append(f"{t}: statistics say {r['stat_chunks']} chunks / {r['stat_dl']} length, "
-                                    f"a recount {r['chunks']} / {r['dl']}")
+    for cs in await store.orphan_chunk_sets(conn, tenants=tenants):
+        if cs.chunks != cs.chunk_count:
+            audit.partial.append(f"chunk set {cs.tenant_id}/{cs.document_id} v{cs.version} "
+                                 f"{cs.chunker_version}: {cs.chunks} of {cs.chunk_count} chunks")
+    for src in await store.orphan_sources(conn, tenants=tenants):
+        audit.orphans.append(f"source artifact {src.tenant_id}/{src.artifact_id} of no document")
+    for p in await store.postings_recount(conn, tenants=tenants):
+        t = p.tenant_id
+        if p.orphan_postings:
+            audit.orphans.append(f"{p.orphan_postings} postings of {t} belong to no index row")
+        if p.postings != p.lexemes:
+            audit.statistics.append(f"{t}: {p.postings} postings for {p.lexemes} indexed lexemes")
+        if (p.stat_chunks, p.stat_dl) != (p.chunks, p.dl):
+            audit.statistics.append(f"{t}: statistics say {p.stat_chunks} chunks / {p.stat_dl} length, "
+                                    f"a recount {p.chunks} / {p.dl}")
     if model is not None:
         await _audit_model(conn, model, audit)
     return audit
@@ -190,8 +189,8 @@ async def _audit_model(conn: Connection | Database, model: AccessModel, audit: S
     ids = list(model.documents)
     rows = await store.document_versions(conn, document_ids=ids)
     stored: dict[uuid.UUID, set[int]] = {}
-    for r in rows:
-        stored.setdefault(r["document_id"], set()).add(int(r["version"]))
+    for sv in rows:
+        stored.setdefault(sv.document_id, set()).add(sv.version)
     for document_id, doc in model.documents.items():
         versions = stored.get(document_id, set())
         if doc.uncertain:
@@ -225,15 +224,15 @@ async def audit_attachments(conn: Connection | Database, marked: dict[uuid.UUID,
     """``marked``: artifact id -> tenant of every attachment the run saw marked pending."""
     audit = AttachmentAudit(marked=len(marked))
     rows = await store.attachments_seen(conn, artifact_ids=list(marked))
-    seen = {r["artifact_id"]: r for r in rows}
+    seen = {a.artifact_id: a for a in rows}
     for artifact_id, tenant in marked.items():
-        r = seen.get(artifact_id)
-        if r is None or r["tenant_id"] != tenant:
+        a = seen.get(artifact_id)
+        if a is None or a.tenant_id != tenant:
             audit.lost.append(f"{tenant}/{artifact_id}")
             continue
-        if r["state"] in ("pending", "ingesting"):
-            audit.unsettled.append(f"{tenant}/{artifact_id} {r['state']}")
-        if sum(h.get("outcome") == "ingested" for h in json.loads(r["history"] or "[]")) > 1:
+        if a.state in (AttachmentState.PENDING, AttachmentState.INGESTING):
+            audit.unsettled.append(f"{tenant}/{artifact_id} {a.state}")
+        if sum(h.get("outcome") == "ingested" for h in a.history) > 1:
             audit.twice.append(f"{tenant}/{artifact_id}")
     return audit
 

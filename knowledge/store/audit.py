@@ -1,13 +1,18 @@
 """The invariant audit's queries (read-only): what `knowledge.maintenance.audit` and the stress
 tools check after a run — live document versions whole, nothing belonging to nothing, term
-statistics equal to a recount, vectors present or queued, attachments settled.
+statistics equal to a recount, vectors present or queued, attachments settled. Each statement is a
+function with named arguments returning typed rows (the dataclasses below), never a database record.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
-from knowledge.store.db import Connection, Database, Record
+from knowledge.models import AttachmentState
+from knowledge.store.db import Connection, Database
 from knowledge.store.server import SESSIONS_OF
 
 # Every live document version with what it has of itself: its chunk set's count, its chunks, their
@@ -104,44 +109,143 @@ WHERE a.tenant_id = $1 AND a.expires_at IS NULL
 """
 
 
+# --- what the statements read, typed ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnembeddedSet:
+    """A live document version with chunks lacking vectors (`unembedded_sets`)."""
+
+    tenant_id: str
+    document_id: uuid.UUID
+    version: int
+    chunks: int  # its chunks without vectors
+
+
+@dataclass(frozen=True)
+class LiveVersion:
+    """A live document version with what it has of itself (`live_versions`)."""
+
+    tenant_id: str
+    document_id: uuid.UUID
+    version: int
+    chunk_count: int | None  # its chunk set's recorded count; None: no chunk set
+    chunks: int  # its chunks
+    index_rows: int  # their index rows
+    source_ok: bool  # its source artifact is a live KNOWLEDGE_SOURCE
+    event_ok: bool  # its ingest event exists
+
+
+@dataclass(frozen=True)
+class ChunkSetCount:
+    """A chunk set with its recorded and its actual chunk count (`orphan_chunk_sets`)."""
+
+    tenant_id: str
+    document_id: uuid.UUID
+    version: int
+    chunker_version: str
+    chunk_count: int  # as recorded
+    chunks: int  # as counted
+
+
+@dataclass(frozen=True)
+class OrphanSource:
+    """An unexpiring source artifact of no document (`orphan_sources`)."""
+
+    tenant_id: str
+    artifact_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class PostingsRecount:
+    """A tenant's postings against its index rows, and its statistics against a recount (`postings_recount`)."""
+
+    tenant_id: str
+    postings: int
+    lexemes: int  # lexeme occurrences in its index rows' tsvectors
+    orphan_postings: int  # postings of no index row
+    stat_chunks: int  # as the tenant statistics say
+    stat_dl: int
+    chunks: int  # as recounted from the index rows
+    dl: int
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """A stored version of a document (`document_versions`)."""
+
+    tenant_id: str
+    document_id: uuid.UUID
+    version: int
+
+
+@dataclass(frozen=True)
+class SeenAttachment:
+    """An attachment's tenant, state and history (`attachments_seen`)."""
+
+    tenant_id: str
+    artifact_id: uuid.UUID
+    state: AttachmentState | None
+    history: list[dict[str, Any]]  # one entry per attempt
+
+
 # --- the statements, each a function with named arguments (issue 33: the store owns its statements) ---------
 
 Reader = Connection | Database
 
 
-async def unembedded_sets(conn: Reader, *, tenants: list[str] | None, version: str, drained: bool) -> list[Record]:
+async def unembedded_sets(conn: Reader, *, tenants: list[str] | None, version: str,
+                          drained: bool) -> list[UnembeddedSet]:
     """`UNEMBEDDED`: live chunk sets with chunks lacking ``version`` vectors (and, unless ``drained``, not queued)."""
-    return await conn.fetch(UNEMBEDDED, tenants, version, drained)
+    return [UnembeddedSet(tenant_id=r["tenant_id"], document_id=r["document_id"], version=int(r["version"]),
+                          chunks=int(r["chunks"]))
+            for r in await conn.fetch(UNEMBEDDED, tenants, version, drained)]
 
 
-async def live_versions(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+async def live_versions(conn: Reader, *, tenants: list[str] | None) -> list[LiveVersion]:
     """`PARTIAL`: every live document version with what it has of itself."""
-    return await conn.fetch(PARTIAL, tenants)
+    return [LiveVersion(tenant_id=r["tenant_id"], document_id=r["document_id"], version=int(r["version"]),
+                        chunk_count=None if r["chunk_count"] is None else int(r["chunk_count"]),
+                        chunks=int(r["chunks"]), index_rows=int(r["index_rows"]),
+                        source_ok=bool(r["source_ok"]), event_ok=bool(r["event_ok"]))
+            for r in await conn.fetch(PARTIAL, tenants)]
 
 
-async def orphan_chunk_sets(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
-    """`ORPHAN_SETS`: chunk sets of no live version, with their chunk counts."""
-    return await conn.fetch(ORPHAN_SETS, tenants)
+async def orphan_chunk_sets(conn: Reader, *, tenants: list[str] | None) -> list[ChunkSetCount]:
+    """`ORPHAN_SETS`: every chunk set, with its recorded and its actual chunk count."""
+    return [ChunkSetCount(tenant_id=r["tenant_id"], document_id=r["document_id"], version=int(r["version"]),
+                          chunker_version=r["chunker_version"], chunk_count=int(r["chunk_count"]),
+                          chunks=int(r["chunks"]))
+            for r in await conn.fetch(ORPHAN_SETS, tenants)]
 
 
-async def orphan_sources(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+async def orphan_sources(conn: Reader, *, tenants: list[str] | None) -> list[OrphanSource]:
     """`ORPHAN_SOURCES`: source artifacts of no document."""
-    return await conn.fetch(ORPHAN_SOURCES, tenants)
+    return [OrphanSource(tenant_id=r["tenant_id"], artifact_id=r["artifact_id"])
+            for r in await conn.fetch(ORPHAN_SOURCES, tenants)]
 
 
-async def postings_recount(conn: Reader, *, tenants: list[str] | None) -> list[Record]:
+async def postings_recount(conn: Reader, *, tenants: list[str] | None) -> list[PostingsRecount]:
     """`POSTINGS`: per tenant, the postings against the index and the statistics against a recount."""
-    return await conn.fetch(POSTINGS, tenants)
+    # The sums of the statistics' bigint columns come back as numeric: whole numbers, kept as ints.
+    return [PostingsRecount(tenant_id=r["tenant_id"], postings=int(r["postings"]), lexemes=int(r["lexemes"]),
+                            orphan_postings=int(r["orphan_postings"]), stat_chunks=int(r["stat_chunks"]),
+                            stat_dl=int(r["stat_dl"]), chunks=int(r["chunks"]), dl=int(r["dl"]))
+            for r in await conn.fetch(POSTINGS, tenants)]
 
 
-async def document_versions(conn: Reader, *, document_ids: list[uuid.UUID]) -> list[Record]:
+async def document_versions(conn: Reader, *, document_ids: list[uuid.UUID]) -> list[StoredVersion]:
     """`DOCUMENT_VERSIONS`: the stored versions of these documents."""
-    return await conn.fetch(DOCUMENT_VERSIONS, document_ids)
+    return [StoredVersion(tenant_id=r["tenant_id"], document_id=r["document_id"], version=int(r["version"]))
+            for r in await conn.fetch(DOCUMENT_VERSIONS, document_ids)]
 
 
-async def attachments_seen(conn: Reader, *, artifact_ids: list[uuid.UUID]) -> list[Record]:
+async def attachments_seen(conn: Reader, *, artifact_ids: list[uuid.UUID]) -> list[SeenAttachment]:
     """`ATTACHMENTS_SEEN`: these attachments' tenant, state and history."""
-    return await conn.fetch(ATTACHMENTS_SEEN, artifact_ids)
+    return [SeenAttachment(tenant_id=r["tenant_id"], artifact_id=r["artifact_id"],
+                           state=AttachmentState(r["state"]) if r["state"] else None,
+                           history=json.loads(r["history"] or "[]"))
+            for r in await conn.fetch(ATTACHMENTS_SEEN, artifact_ids)]
 
 
 async def sessions_of(conn: Reader, *, application_name: str) -> int:
