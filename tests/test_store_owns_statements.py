@@ -42,3 +42,37 @@ def test_the_count_sees_a_call_written_outside_the_store(tmp_path: Path) -> None
     tree = ast.parse("async def f(db):\n    await db.fetch('SELECT 1')\n    await db.store_function(x=1)\n")
     calls = [n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
     assert [c for c in calls if c in RUNS_SQL] == ["fetch"]
+
+
+def test_no_store_function_hands_a_database_row_out() -> None:
+    """The store's functions return domain values (dataclasses, models, numbers), never an asyncpg
+    ``Record`` whose columns a shell would read by name; only ``knowledge.store.db`` — the driver's
+    wrapper the store itself runs statements through — deals in records. Nothing outside the store
+    imports ``Record``."""
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    import knowledge.store
+
+    record = re.compile(r"\bRecord\b")
+    handing_out = []
+    for info in pkgutil.iter_modules(knowledge.store.__path__):
+        if info.name == "db":
+            continue
+        module = importlib.import_module(f"knowledge.store.{info.name}")
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            functions = [(name, obj)] if inspect.isfunction(obj) else [
+                (f"{name}.{n}", f) for n, f in vars(obj).items()
+                if inspect.isfunction(f) and not n.startswith("_")] if inspect.isclass(obj) else []
+            handing_out += [f"{module.__name__}.{n}" for n, f in functions
+                            if record.search(str(inspect.signature(f).return_annotation))]
+    assert handing_out == []
+    importers = [path.relative_to(ROOT).as_posix() for path in sorted((ROOT / "knowledge").rglob("*.py"))
+                 if not path.relative_to(ROOT).as_posix().startswith("knowledge/store/")
+                 and re.search(r"^from knowledge\.store\.db import .*\bRecord\b", path.read_text(encoding="utf-8"),
+                               re.M)]
+    assert importers == []
