@@ -29,6 +29,7 @@ from knowledge.cli import interrupt
 from knowledge.cli.app import app, hoist_global_flags, main
 from knowledge.cli.help import plain_help
 from knowledge.cli.output import fitting_lines
+from knowledge.semantic.encoder import available as semantic_available
 from knowledge.service import KnowledgeService
 from knowledge.supervisors.embedder import Embedder
 from tests.cli.test_cli import RUNBOOK, Cli, cli_runner
@@ -166,6 +167,7 @@ def test_a_moved_folder_under_the_same_name_is_not_a_second_copy(knowledge: Cli,
     assert len(knowledge("--json", "docs", "list").json()) == 2  # no second copy of anything
 
 
+@pytest.mark.skipif(not semantic_available(), reason="the semantic extra is not installed: the arm cannot be on")
 def test_read_only_commands_and_ingest_never_start_the_embedding_model(knowledge: Cli, docs: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KNOWLEDGE_SEMANTIC_ARM", "on")
