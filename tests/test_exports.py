@@ -112,7 +112,7 @@ FACTS = {"settings", "dsn", "faults", "semantic_version"}
 def test_the_service_is_a_closed_facade_whose_surface_is_pinned() -> None:
     """Its public names are exactly `FACADE`; every attribute its constructor sets is private; the facts
     cannot be assigned; and every public coroutine method declares its policy (a task of the service or
-    not; retried, typed or its own) once, on its definition (``knowledge.service._call``)."""
+    not; retried, typed or its own) once, on its definition (``knowledge.service.policy.policy``)."""
     from knowledge.service import KnowledgeService
 
     assert {name for name in dir(KnowledgeService) if not name.startswith("_")} == FACADE

@@ -16,18 +16,15 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Concatenate, Literal, ParamSpec, TypeAlias, TypeVar
+from typing import Any
 from uuid import UUID
 
 import anyio
 from anyio.abc import TaskGroup
-from pydantic import BaseModel
 
-from knowledge import semantic
 from knowledge.config import Settings
 from knowledge.core.chunking import Chunker, MarkdownChunker, PlainTextChunker
 from knowledge.core.prepare import IngestRequest
@@ -69,8 +66,11 @@ from knowledge.retrieval.answers import record_answer
 from knowledge.retrieval.search import Arm, LexicalArm, Searcher
 from knowledge.retrieval.turn import ToolSearch, run_tool_search, run_turn
 from knowledge.semantic.arm import SemanticArm
-from knowledge.semantic.encoder import DIM, model_version
-from knowledge.semantic.queue import Backlog, EmbeddingDrain, enqueue_missing, pending, queue_backlog
+from knowledge.semantic.encoder import DIM
+from knowledge.semantic.queue import Backlog, enqueue_missing, pending, queue_backlog
+from knowledge.service.policy import policy
+from knowledge.service.semantic_parts import NO_PGVECTOR, SemanticParts, start_semantic
+from knowledge.service.status import Health, ParserStatus, RetrievalStatus, SemanticStatus, ServerStart
 from knowledge.store import catalog
 from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stats
 from knowledge.store.artifacts import ArtifactStore
@@ -86,180 +86,18 @@ from knowledge.store.metrics import (
     ingest_trend,
 )
 from knowledge.store.migrate import applied_versions, discover, migrate
-from knowledge.store.retry import retry_transient, typed_faults
+from knowledge.store.retry import retry_transient
 from knowledge.store.server import server_identity
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
-from knowledge.store.vectors import ensure_index, missing_reason, table_exists
-from knowledge.structured import HeldError, call_in_group, keyboard_interrupt_at_checkpoints, unwrapped
+from knowledge.store.vectors import missing_reason
+from knowledge.structured import HeldError, keyboard_interrupt_at_checkpoints, unwrapped
 from knowledge.supervisors.embedded_pg import EmbeddedServer, start_embedded_async
-from knowledge.supervisors.embedder import Embedder
 from knowledge.supervisors.parser_pool import ParserPool
 
+__all__ = ["NO_PGVECTOR", "Health", "KnowledgeService", "ParserStatus", "RetrievalStatus", "SemanticParts",
+           "SemanticStatus", "ServerStart", "start_semantic"]
+
 _log = logging.getLogger(__name__)
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class SemanticStatus(BaseModel):
-    model_version: str
-    child_running: bool
-    child_pid: int | None = None  # the embedder child's process id (a process group of its own)
-    restarts: int
-    #: Searches answered by the lexical arm alone because the embedder could not answer in time.
-    searches_without_arm: int = 0
-    #: What waits for vectors (ingest commits without them; the embedding drain adds them), or None
-    #: if the database could not say.
-    backlog: Backlog | None = None
-
-
-class RetrievalStatus(BaseModel):
-    """`KnowledgeService.retrieval`: the ranking policy's name (``knowledge-v2``: the fitted relevance
-    model and its floors), the arms searches run (``lexical``, and ``semantic`` when the arm is on
-    here), searches answered without an arm that did not answer in time, by arm, and the chunks this
-    process's embedding drain embedded."""
-
-    ranking: str
-    arms: list[str]
-    searches_without_arm: dict[str, int]
-    embedded_chunks: int
-
-
-class ParserStatus(BaseModel):
-    """The PDF parser pool's children: those in a job now, and the warm spares it keeps."""
-
-    in_jobs: int
-    spares: int
-
-
-class ServerStart(BaseModel):
-    """How this service's embedded server came up: its data folder, initdb in this start, joined a
-    running one, and how long the start took."""
-
-    pgdata: str
-    cold_start: bool
-    reused: bool
-    start_seconds: float
-
-
-class Health(BaseModel):
-    """What `KnowledgeService.health` reports."""
-
-    ok: bool
-    backend: str  # the event loop: "trio" or "asyncio"
-    embedded: bool
-    data_dir: str | None
-    server_version: str | None
-    database: str | None
-    schema_version: int
-    schema_expected: int
-    pool: dict[str, int]
-    latency_ms: float
-    error: str | None = None
-    #: The maintenance worker's supervisor and counters, when this service runs one (``ok`` is
-    #: False while one of its actors is crash-looping).
-    workers: MaintenanceStatus | None = None
-    #: The semantic arm, when on: its model version, whether its child is up, its restarts.
-    semantic: SemanticStatus | None = None
-    #: With the semantic arm off here: why this database could hold no vectors (no pgvector), or None.
-    semantic_unavailable: str | None = None
-    #: The embedded server's start, when this service started or joined one.
-    server_start: ServerStart | None = None
-    #: The parser pool's children (a refused or failed job's child is reaped before the call returns).
-    parsers: ParserStatus | None = None
-
-
-#: Why a service with the default ``semantic_arm`` runs lexical-only on this server.
-NO_PGVECTOR = ("the semantic arm is off: this server has no pgvector (the vector extension is not available, or "
-               "this role may not create it), so search is lexical-only. To turn it on, have an administrator run "
-               "CREATE EXTENSION vector in this database, then restart; to silence this, set "
-               "KNOWLEDGE_SEMANTIC_ARM=off")
-
-
-@dataclass(frozen=True)
-class SemanticParts:
-    """The semantic arm's parts, when it is on: the model version chunk sets are queued and
-    searched under, and — where this process loads the model (``semantic_model``) — the embedder
-    (the actor that owns its child), the embedding drain (the queue's consumer) and the arm.
-
-    Also a seam, as httpx's ``Client(transport=)``: a test makes these itself (`Embedder`,
-    `EmbeddingDrain` over a pool of its own on the same database, `SemanticArm`) and hands them to
-    `KnowledgeService.open` (``semantic=``), keeping them to look at; the service starts the
-    embedder and the drain in its task group and stops them on close, as it does its own."""
-
-    version: str
-    embedder: Embedder | None = None
-    drain: EmbeddingDrain | None = None
-    arm: SemanticArm | None = None
-
-    async def start(self, db: Database, task_group: TaskGroup) -> SemanticParts:
-        """Make sure the version's HNSW index exists, then start the embedder and the drain (those given)."""
-        await ensure_index(db, self.version, DIM)
-        if self.embedder is not None:
-            await task_group.start(self.embedder.run)
-        if self.drain is not None:
-            await task_group.start(self.drain.run)
-        return self
-
-
-async def start_semantic(settings: Settings, db: Database, task_group: TaskGroup) -> SemanticParts | None:
-    """Start the semantic arm's actors in ``task_group`` when ``settings`` turn it on: make sure the
-    model version's HNSW index exists; then, with ``semantic_model``, start the embedder and (with
-    ``semantic_drain``) the drain. Ingest queues its chunk sets and commits without waiting for
-    vectors (`knowledge.semantic.queue`). None: the arm is off (or, by default, this server has no
-    pgvector: lexical-only, with a warning)."""
-    # `enabled` looks for the extra's packages and model files (stat calls): not on the loop
-    if not await anyio.to_thread.run_sync(semantic.enabled, settings.semantic_arm):
-        return None
-    if settings.semantic_arm is None and not await table_exists(db):
-        _log.warning(NO_PGVECTOR)  # the default, not a requirement: lexical-only
-        return None
-    window = settings.semantic_window
-    version = model_version(window)
-    if not settings.semantic_model:  # queue for the arm; another process embeds
-        return await SemanticParts(version).start(db, task_group)
-    embedder = Embedder(window=window, threads=settings.embedder_threads,
-                        restart_base_seconds=settings.embedder_restart_base_seconds,
-                        restart_max_seconds=settings.embedder_restart_max_seconds)
-    drain = EmbeddingDrain(db, embedder, version, tenant=settings.embedding_tenant)
-    parts = SemanticParts(version, embedder, drain if settings.semantic_drain else None)
-    await parts.start(db, task_group)
-    return replace(parts, drain=drain)
-
-
-Policy = Literal["retry", "typed"]
-_Method: TypeAlias = Callable[Concatenate["KnowledgeService", P], Coroutine[Any, Any, R]]
-
-
-def _call(*, in_group: bool = False, faults: Policy | None = None) -> Callable[[_Method[P, R]], _Method[P, R]]:
-    """Declare a facade method's policy once, on its definition:
-
-    - ``in_group``: it runs as a task of the service (`call_in_group`): closing the service cancels
-      it (`ServiceClosed`), and a cancelled caller waits for it to unwind (rolled back, children
-      reaped) — the writes and everything that holds a child;
-    - ``faults="retry"``: safe to repeat, so retried after a transient database fault, then
-      `DatabaseUnavailable` (`retry_transient`); ``"typed"``: run once, a transient fault raised as
-      `DatabaseUnavailable` (`typed_faults`); None: the body handles its own (or has none).
-
-    The policy is kept on the method (``__knowledge_policy__``) for the facade's test."""
-
-    def declare(fn: _Method[P, R]) -> _Method[P, R]:
-        what = fn.__name__
-
-        @functools.wraps(fn)
-        async def method(self: KnowledgeService, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            op: Callable[[], Awaitable[R]] = functools.partial(fn, self, *args, **kwargs)
-            if faults == "retry":
-                op = functools.partial(retry_transient, what, op)
-            elif faults == "typed":
-                op = functools.partial(typed_faults, what, op)
-            if in_group:
-                return await call_in_group(self._task_group, op)
-            return await op()
-
-        method.__knowledge_policy__ = (in_group, faults)  # type: ignore[attr-defined]
-        return method
-
-    return declare
 
 
 class KnowledgeService:
@@ -271,7 +109,7 @@ class KnowledgeService:
     use is the documented methods below (pinned by ``tests/test_exports.py``), three read-only facts
     (`settings`, `semantic_version`, `dsn`) and one seam, `faults` (injected at `open`). Each method's
     policy — a task of the service or not, retried after a transient database fault or typed — is
-    declared once, by `_call` on its definition."""
+    declared once, by `policy` (`knowledge.service.policy`) on its definition."""
 
     def __init__(self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None,
                  semantic_parts: SemanticParts | None = None, faults: Faults | None = None) -> None:
@@ -459,7 +297,7 @@ class KnowledgeService:
 
     # --- The source store: what a host puts before it ingests, and the operator's expiry.
 
-    @_call()
+    @policy()
     async def put_artifact(
         self,
         tenant_id: str,
@@ -476,22 +314,22 @@ class KnowledgeService:
         return await self._artifacts.put(tenant_id, data, media_type=media_type, origin=origin, trust=trust,
                                          file_name=file_name, expires_at=expires_at)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def artifact_ref(self, tenant_id: str, artifact_id: UUID) -> ArtifactRef:
         """A stored source's ref (its hash, size, media type, origin, trust). Raises `ArtifactNotFound`."""
         return await self._artifacts.get_ref(tenant_id, artifact_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def read_artifact(self, ref: ArtifactRef) -> bytes:
         """All of a stored source's bytes (bounded by the store's size limit)."""
         return await self._artifacts.read(ref)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def expire_artifacts(self, tenant_id: str, artifact_ids: Sequence[UUID]) -> None:
         """Expire these sources now (the sweeper, or `sweep_artifacts`, collects their bytes)."""
         await self._artifacts.expire_now(tenant_id, artifact_ids)
 
-    @_call()
+    @policy()
     async def sweep_artifacts(self) -> int:
         """Delete every expired source, bytes and row, now; return how many (the sweeper does this each
         interval). Cancellation: batches already committed stay deleted."""
@@ -499,7 +337,7 @@ class KnowledgeService:
 
     # --- The semantic arm.
 
-    @_call()
+    @policy()
     async def reembed(self, tenant_id: str | None = None, *, wait: bool = True) -> int:
         """Queue, under the configured model version, every chunk set (of one tenant, or all; live,
         superseded and re-chunked alike) that has a chunk without a vector under it — embedded from
@@ -511,7 +349,7 @@ class KnowledgeService:
             await self._until_drained(tenant_id, None)
         return queued
 
-    @_call()
+    @policy()
     async def wait_embedded(self, document_id: UUID | None = None, *, tenant_id: str) -> None:
         """Return once every chunk set of a document (or, with None, of the tenant) queued for the
         semantic arm has its vectors (ingest returns before they exist; at once if nothing is
@@ -529,7 +367,7 @@ class KnowledgeService:
             else:  # only another process's drain embeds (``semantic_model=False``)
                 await anyio.sleep(1.0)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def embedding_backlog(self, tenant_id: str | None = None) -> Backlog:
         """What waits for the semantic arm (of one tenant, or all): chunk sets and chunks, the
         oldest wait, this process's drain rate (0 where this process queues for the arm without
@@ -539,13 +377,13 @@ class KnowledgeService:
             return await queue_backlog(self._db, version, tenant_id)
         return await self._drain.backlog(tenant_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def queued_for(self, version: str, tenant_id: str | None = None) -> Backlog:
         """What waits for vectors under model ``version``, read from the queue without the arm in
         this process (a read-only command never starts the model): the rate is 0."""
         return await queue_backlog(self._db, version, tenant_id)
 
-    @_call()
+    @policy()
     async def semantic_ready(self, *, within: float) -> bool:
         """Wait up to ``within`` seconds for this process's embedder to serve (a fresh process loads
         its model first); whether it does. False at once without the semantic arm's model here."""
@@ -557,7 +395,7 @@ class KnowledgeService:
 
     # --- Ingest, search, citations, versions, deletion.
 
-    @_call(in_group=True)
+    @policy(in_group=True)
     async def ingest(
         self,
         source: ArtifactRef,
@@ -588,7 +426,7 @@ class KnowledgeService:
         )
         return await self._ingestor.ingest(request)
 
-    @_call(in_group=True)
+    @policy(in_group=True)
     async def ingest_many(self, requests: Sequence[IngestRequest], *, on_done: OnDone | None = None
                           ) -> list[Outcome]:
         """``knowledge.ingest`` for many documents at once (`knowledge.ingest.bulk`): preparing the
@@ -600,7 +438,7 @@ class KnowledgeService:
         in flight rolls back; documents already reported to ``on_done`` as committed stay."""
         return await ingest_many(self._ingestor, list(requests), on_done)
 
-    @_call(in_group=True, faults="retry")
+    @policy(in_group=True, faults="retry")
     async def search(self, query: KnowledgeQuery) -> list[RetrievedPassage]:
         """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within
         its budget. Results carry `TrustLevel.KNOWLEDGE`. Runs as a task of the service (closing the
@@ -613,7 +451,7 @@ class KnowledgeService:
                                searches_without_arm=dict(self._searcher.without),
                                embedded_chunks=self._drain.embedded_chunks if self._drain is not None else 0)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def get_chunk(self, chunk_id: str, *, viewer: Viewer) -> KnowledgeChunk | DeletedChunk | None:
         """Resolve a citation (a chunk id) for a person — a click on a cited passage: the chunk
         (whichever version or chunk set holds it) if its document version is visible to ``viewer``
@@ -622,13 +460,13 @@ class KnowledgeService:
         one that never existed). The operator's tenant-wide resolution is `operator_get_chunk`."""
         return await catalog.viewed_chunk(self._db, viewer, chunk_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def operator_get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
         """The operator's resolution of a chunk id: anywhere in the tenant, whatever its visibility
         (`knowledge chunk show`); never for a person's view (`get_chunk`)."""
         return await catalog.resolve_chunk(self._db, tenant_id, chunk_id)
 
-    @_call(in_group=True, faults="typed")
+    @policy(in_group=True, faults="typed")
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
         """Re-chunk a document's live version under another chunker version from its stored
         source (no re-upload); see `Ingestor.rechunk`. Runs as a task of the service."""
@@ -639,34 +477,34 @@ class KnowledgeService:
         structured = self._extractors.for_media_type(media_type).structure == "markdown"
         return MarkdownChunker() if structured else PlainTextChunker()
 
-    @_call(in_group=True)
+    @policy(in_group=True)
     async def delete(self, document_id: UUID, principal: Principal) -> int:
         """Delete every version of a document, its chunks, index rows and postings, and expire its
         source (the sweeper collects the bytes); returns the number of chunks deleted. Raises
         `DeleteRefused`. Runs as a task of the service; cancellation rolls it back."""
         return await delete_document(self._db, document_id, principal)
 
-    @_call(in_group=True)
+    @policy(in_group=True)
     async def inspect_pdf(self, data: bytes) -> dict[str, Any]:
         """Upload inspection of a PDF (10 s from getting a parser slot) in a parser child: page count,
         encryption, outline. Raises `ExtractionRefused`/`ParserFailure` with a reason code.
         Cancellation: the child is killed and reaped first."""
         return await self._parser_pool.inspect(data)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def ingest_stats(self, tenant_id: str | None = None, since: date | None = None) -> IngestStats:
         """The tracked metrics "ingestion outcomes" (from ``since``, a day; default: ever) and
         "instruction-like rate" (of the live corpus), for one tenant or all."""
         return await ingest_stats(self._db, tenant_id, since)
 
-    @_call()
+    @policy()
     async def count_refusal(self, tenant_id: str, reason: str) -> None:
         """Count an ingest refused before it reached the service (the tool layer's ``missing_scope``,
         ``origin_trust``, ``invalid_arguments``) with the ingestion outcomes. Never raises: a count
         that cannot be written is logged."""
         await self._ingestor.count_refusal(tenant_id, reason)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def ingest_trend(self, tenant_id: str | None = None, since: date | None = None) -> list[IngestDay]:
         """The same metrics day by day (`knowledge.store.metrics.IngestDay`): refusals by cause and
         the instruction-like rate of what was ingested each day, from ``since``."""
@@ -675,7 +513,7 @@ class KnowledgeService:
     # --- The operator's read-side view (`knowledge.store.catalog`): tenant-scoped, visibility not applied.
     # --- Read-only; cancellation propagates and leaves no connection checked out.
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def documents(self, tenant_id: str, *, project: str | None = None, ingested_by: str | None = None,
                         limit: int | None = None, title: str | None = None,
                         since: datetime | None = None) -> list[catalog.DocumentSummary]:
@@ -684,23 +522,23 @@ class KnowledgeService:
         return await catalog.list_documents(self._db, tenant_id, project=project, ingested_by=ingested_by,
                                             limit=limit, title=title, since=since)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
         """A live document, its source and its live chunks (no text); None if absent or deleted."""
         return await catalog.document_detail(self._db, tenant_id, document_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def document_summaries(self, document_ids: Sequence[UUID], *, tenant_id: str
                                  ) -> dict[UUID, catalog.DocumentSummary]:
         """The live version of each of these documents that is live, by document id."""
         return await catalog.live_documents(self._db, tenant_id, list(document_ids))
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def document_versions(self, document_id: UUID, *, tenant_id: str) -> list[catalog.VersionInfo]:
         """Every version of a document still held, oldest first, with sources and chunk sets."""
         return await catalog.document_versions(self._db, tenant_id, document_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def operator_resolve_citation(self, chunk_id: str, *, tenant_id: str
                                         ) -> catalog.Citation | DeletedChunk | None:
         """The operator's resolution of a citation: a chunk id resolved to its passage, document
@@ -708,27 +546,27 @@ class KnowledgeService:
         deleted. Never for a person's view: `get_chunk` checks the viewer."""
         return await catalog.resolve_citation(self._db, tenant_id, chunk_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def document_ids_starting(self, tenant_id: str, prefix: str) -> list[UUID]:
         """The tenant's document ids starting with ``prefix`` (hex digits), at most six."""
         return await catalog.document_ids_starting(self._db, tenant_id, prefix)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def tenants(self) -> list[catalog.TenantSummary]:
         """Every tenant the store knows (the operator's view: not scoped to one tenant)."""
         return await catalog.tenants(self._db)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def tenant_known(self, tenant_id: str) -> bool:
         """Whether anything was ever put or ingested in ``tenant_id``."""
         return await catalog.tenant_known(self._db, tenant_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
         return await catalog.corpus_size(self._db, tenant_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def passages_given(self, tenant_id: str) -> catalog.PassagesGiven | None:
         """How many passages the retained traces say the agent was given (turns and tool calls);
         None without trace tables. What it cited: `citation_stats`."""
@@ -736,7 +574,7 @@ class KnowledgeService:
 
     # --- Turns, tool calls, answers and their traces.
 
-    @_call(in_group=True, faults="typed")
+    @policy(in_group=True, faults="typed")
     async def turn(self, request: TurnRequest) -> TurnResult:
         """One turn's knowledge (`knowledge.retrieval.turn.run_turn`): where pre-turn retrieval is on
         (``request.retrieve``, else `Settings.preturn_retrieval`: off by default) retrieve under the
@@ -748,7 +586,7 @@ class KnowledgeService:
             request = request.model_copy(update={"retrieve": self._settings.preturn_retrieval})
         return await run_turn(self._db, self._searcher, request)
 
-    @_call(in_group=True, faults="typed")
+    @policy(in_group=True, faults="typed")
     async def tool_search(self, query: KnowledgeQuery, *, trace_id: UUID | None = None,
                           session_id: str | None = None, turn_id: str | None = None) -> ToolSearch:
         """``knowledge.search`` as the agent calls it (the tool handler's path): search, render the
@@ -760,7 +598,7 @@ class KnowledgeService:
         return await run_tool_search(self._db, self._searcher, query, trace_id=trace_id, session_id=session_id,
                                      turn_id=turn_id)
 
-    @_call(in_group=True, faults="typed")
+    @policy(in_group=True, faults="typed")
     async def record_answer(self, trace_id: UUID, answer: str, *, tenant_id: str) -> RecordedAnswer:
         """Record the agent's ``answer`` for the turn whose trace is ``trace_id``: the chunk ids it
         cites are found (any wrapping: ``[kc_…]``, ``(kc_…)``, bare …; see `knowledge.core.citations`),
@@ -777,7 +615,7 @@ class KnowledgeService:
             raise TraceNotFound(message=f"no trace {trace_id} in tenant {tenant_id}")
         return recorded
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def citation_stats(self, tenant_id: str | None = None, since: date | None = None) -> CitationStats:
         """The tracked citation metrics from the recorded answers (per tenant, or all, from a UTC
         day): answers, answers citing, citations, hallucinated citations, citation accuracy
@@ -786,14 +624,14 @@ class KnowledgeService:
         Cancellation: the read is cancelled; nothing to undo."""
         return await citation_stats(self._db, tenant_id, since)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def operator_trace(self, trace_id: UUID, *, tenant_id: str) -> RecallTrace | None:
         """The operator's read of a turn's `RecallTrace` as stored (beliefs, passages and tool calls in
         one record, nothing filtered), or None. Never for a person: `trace_view` checks the viewer.
         Cancellation: the read is cancelled; nothing to undo."""
         return await load_trace(self._db, tenant_id, trace_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def trace_view(self, trace_id: UUID, *, viewer: Viewer) -> RecallTraceView | None:
         """A trace as ``viewer`` may see it — None unless ``viewer`` is the principal whose turn it
         was (a turn's query, beliefs and what the agent was given are that principal's: to anyone
@@ -804,7 +642,7 @@ class KnowledgeService:
         Cancellation: the reads are cancelled; nothing to undo."""
         return await view_trace(self._db, viewer.tenant_id, trace_id, viewer.sensitivity_ceiling, viewer)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def operator_trace_view(
         self, trace_id: UUID, *, tenant_id: str, viewing_ceiling: Sensitivity | str
     ) -> RecallTraceView | None:
@@ -812,19 +650,19 @@ class KnowledgeService:
         passages' visibility does not). Cancellation: the reads are cancelled; nothing to undo."""
         return await view_trace(self._db, tenant_id, trace_id, Sensitivity(viewing_ceiling))
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def check_trace(self, trace_id: UUID, *, tenant_id: str) -> TraceCheck:
         """Whether a trace's passages, resolved by chunk id and re-rendered, reproduce its block's hash.
         Cancellation: the reads are cancelled; nothing to undo."""
         return await check_trace(self._db, tenant_id, trace_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def budget_pressure(self, tenant_id: str | None = None, since: date | None = None) -> BudgetPressure:
         """The tracked metric "budget pressure": how often and how much the knowledge class yielded
         (per tenant, or all, from a UTC day). Cancellation: the read is cancelled; nothing to undo."""
         return await budget_pressure(self._db, tenant_id, since)
 
-    @_call()
+    @policy()
     async def prune_traces(self, retention: TraceRetention = TRACE_RETENTION) -> PruneResult:
         """Apply the traces' two-tier retention schedule now (the sweeper does this each interval).
         Cancellation: the batch in flight rolls back."""
@@ -832,7 +670,7 @@ class KnowledgeService:
 
     # --- Owner-sent attachments (ADR-0120) and the maintenance worker.
 
-    @_call(faults="typed")  # retries inside, past the inspection
+    @policy(faults="typed")  # retries inside, past the inspection
     async def upload_attachment(self, tenant_id: str, data: bytes, *, media_type: str, file_name: str | None,
                                 expires_at: datetime | None = None) -> ArtifactRef:
         """Store a chat attachment (ADR-0120) as an ``UPLOAD`` artifact, trust ``EXTERNAL_UNTRUSTED``;
@@ -843,7 +681,7 @@ class KnowledgeService:
                                        file_name=file_name, max_bytes=self._settings.max_artifact_bytes,
                                        expires_at=expires_at)
 
-    @_call(faults="retry")  # idempotent
+    @policy(faults="retry")  # idempotent
     async def mark_attachments(self, actor: MessageActor, artifact_ids: Iterable[UUID], *,
                                conversation_id: str) -> list[AttachmentMark]:
         """A message was sent with these attachments (`knowledge.ingest.attachments.mark_attachments`): each
@@ -856,25 +694,25 @@ class KnowledgeService:
             self._maintenance.wake()
         return marks
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def attachment(self, tenant_id: str, artifact_id: UUID) -> AttachmentStatus | None:
         """An attachment's state, reason, attempts and their history, and its document; None if gone."""
         return await self._attachment_queue.status(tenant_id, artifact_id)
 
-    @_call(faults="retry")
+    @policy(faults="retry")
     async def attachment_overview(self, tenant_id: str) -> QueueOverview:
         """A tenant's attachments by state and reason, expired leases and the oldest pending one's age
         (`knowledge.ingest.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
         return await self._attachment_queue.overview(tenant_id)
 
-    @_call(in_group=True)
+    @policy(in_group=True)
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation's attachments and, through the deletion cascade, the documents ingested
         from them (`knowledge.store.deletion.delete_conversation`); the sweeper collects the bytes. Runs as a
         task of the service; cancellation rolls it back."""
         return await delete_conversation(self._db, tenant_id, conversation_id)
 
-    @_call()
+    @policy()
     async def worker_status(self) -> MaintenanceStatus | None:
         """The maintenance worker's supervisor counters (crashes, restarts, last error, crash loop),
         its workers' counters and the queue's depth; None if this service runs no worker."""
@@ -889,7 +727,7 @@ class KnowledgeService:
         """Run ``fn(*args)`` in the service's task group: cancelled and awaited on close."""
         self._task_group.start_soon(fn, *args, name=name)
 
-    @_call()
+    @policy()
     async def health(self) -> Health:
         """Round-trip the database and report; never raises for a database failure.
 
