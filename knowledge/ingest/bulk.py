@@ -265,7 +265,7 @@ async def _write_bulk(ingestor: Ingestor, group: list[_Prepared], attempt: _Atte
     ids = [p.request.document_id for p in group]
     assert all(ids)  # (a group's documents are new, each with its id chosen)
     writes = [document_write(p.request, p.source, d, 1, p.prepared) for p, d in zip(group, ids, strict=True) if d]
-    # The single path's fault points (`knowledge.ingest.ingestor.FaultHook`), once per group.
+    # The single path's fault points (`knowledge.store.faults.FaultHook`), once per group.
     async with ingestor.db.transaction(on_commit=functools.partial(ingestor.fault, "commit", None)) as tx:
         await ingestor.fault("before_write", tx)
         by_id = await write_documents(tx, tenant_id=tenant, documents=writes, embed_version=ingestor.embed_version)

@@ -1,7 +1,7 @@
 """`KnowledgeService`: the nursery that owns the database pool and every background actor.
 
     async with KnowledgeService.open() as svc:        # under trio or asyncio, via anyio
-        ref = await svc.artifacts.put(tenant, data, media_type="text/markdown")
+        ref = await svc.put_artifact(tenant, data, media_type="text/markdown")
         print(await svc.health())
 
 Entering starts (or joins) the embedded PostgreSQL unless a DSN is configured, opens the pool,
