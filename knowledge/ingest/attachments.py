@@ -45,6 +45,7 @@ from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Princ
 from knowledge.parsers.base import base_media_type
 from knowledge.store.artifacts import collect_bytes, insert_artifact, store_retrying
 from knowledge.store.attachment_queue import (
+    AttachmentStatus,
     ClaimedAttachment,
     MarkCandidate,
     Marking,
@@ -140,31 +141,6 @@ class QueueOverview(BaseModel):
     reasons: dict[str, dict[str, int]]  # state ("refused" | "failed") -> reason -> count
     expired_leases: int
     oldest_pending_seconds: float | None
-
-
-class AttachmentStatus(BaseModel):
-    """An attachment as the queue sees it (`AttachmentQueue.status`)."""
-
-    model_config = _FROZEN
-
-    tenant_id: str
-    artifact_id: uuid.UUID
-    conversation_id: str | None
-    file_name: str | None
-    media_type: str
-    trust: TrustLevel
-    upload_seq: int
-    state: AttachmentState | None
-    reason: str | None  # a refusal's reason code, or a retry's / failure's last reason
-    attempts: int
-    history: list[dict[str, Any]]
-    document_id: uuid.UUID | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    next_attempt_at: datetime | None
-    inspection: dict[str, Any] | None
-    attached_by: str | None
-    expired: bool
 
 
 #: The parser pool's upload inspection (`ParserPool.inspect`): a dict, or a typed refusal/failure.
@@ -426,14 +402,4 @@ class AttachmentQueue:
 
     async def status(self, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
         """One attachment's state, attempts, history and document; None if the artifact is gone."""
-        row = await status_row(self._db, tenant_id=tenant_id, artifact_id=artifact_id)
-        if row is None:
-            return None
-        return AttachmentStatus(
-            tenant_id=row.tenant_id, artifact_id=row.artifact_id, conversation_id=row.conversation_id,
-            file_name=row.file_name, media_type=row.media_type, trust=row.trust, upload_seq=row.upload_seq,
-            state=row.state, reason=row.reason, attempts=row.attempts, history=row.history,
-            document_id=row.document_id if row.state is AttachmentState.INGESTED else None,
-            lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at, next_attempt_at=row.next_attempt_at,
-            inspection=row.inspection, attached_by=row.attached_by, expired=row.expired,
-        )
+        return await status_row(self._db, tenant_id=tenant_id, artifact_id=artifact_id)

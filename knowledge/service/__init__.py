@@ -35,7 +35,6 @@ from knowledge.errors import ConfigurationError, TraceNotFound
 from knowledge.ingest.attachments import (
     AttachmentMark,
     AttachmentQueue,
-    AttachmentStatus,
     MessageActor,
     QueueOverview,
     mark_attachments,
@@ -74,6 +73,7 @@ from knowledge.service.status import Health, ParserStatus, RetrievalStatus, Sema
 from knowledge.store import catalog
 from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stats
 from knowledge.store.artifacts import ArtifactStore
+from knowledge.store.attachment_queue import AttachmentStatus
 from knowledge.store.db import Database, ensure_database, open_bridge, open_creating
 from knowledge.store.deletion import ConversationDeleted, delete_conversation, delete_document
 from knowledge.store.faults import Faults

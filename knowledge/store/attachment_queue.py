@@ -5,7 +5,7 @@ renew, settle, release — with the operator's reads (counts, overview, status).
 
 Each statement is a function with named, typed arguments; what it reads comes back as a small frozen
 dataclass of this module (`MarkCandidate`, `ClaimedAttachment`, `LeaseHolder`, `OverviewGroup`,
-`AttachmentRow`), built here from the row, and what it writes per attachment goes in as one
+`AttachmentStatus`), built here from the row, and what it writes per attachment goes in as one
 (`Marking`, `Settlement`): no caller reads a column or builds a statement's tuple.
 """
 
@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, TrustLevel
 from knowledge.store.artifacts import LIVE, ref_columns, ref_from_row
@@ -255,9 +257,11 @@ class OverviewGroup:
     oldest_pending_seconds: float | None  # the age of the group's oldest pending attachment
 
 
-@dataclass(frozen=True)
-class AttachmentRow:
-    """One attachment as the queue sees it, expired or not (`status_row`)."""
+class AttachmentStatus(BaseModel):
+    """An attachment as the queue sees it (`KnowledgeService.attachment`); its document only once it
+    was ingested (the id recorded for a claim in flight is not one yet)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tenant_id: str
     artifact_id: uuid.UUID
@@ -267,10 +271,10 @@ class AttachmentRow:
     trust: TrustLevel
     upload_seq: int
     state: AttachmentState | None
-    reason: str | None
+    reason: str | None  # a refusal's reason code, or a retry's / failure's last reason
     attempts: int
     history: list[dict[str, Any]]
-    document_id: uuid.UUID | None  # as recorded, whatever the state
+    document_id: uuid.UUID | None
     lease_owner: str | None
     lease_expires_at: datetime | None
     next_attempt_at: datetime | None
@@ -382,18 +386,20 @@ async def overview_rows(db: Database, *, tenant_id: str) -> list[OverviewGroup]:
     return [_group(row) for row in await db.fetch(OVERVIEW, tenant_id)]
 
 
-def _attachment(row: Record) -> AttachmentRow:
-    return AttachmentRow(
+def _attachment(row: Record) -> AttachmentStatus:
+    state = _state(row["attachment_state"])
+    return AttachmentStatus(
         tenant_id=row["tenant_id"], artifact_id=row["artifact_id"], conversation_id=row["conversation_id"],
         file_name=row["file_name"], media_type=row["media_type"], trust=TrustLevel(row["trust"]),
-        upload_seq=row["upload_seq"], state=_state(row["attachment_state"]), reason=row["refusal_reason"],
+        upload_seq=row["upload_seq"], state=state, reason=row["refusal_reason"],
         attempts=row["attachment_attempts"], history=json.loads(row["history"]),
-        document_id=row["attachment_document_id"], lease_owner=row["lease_owner"],
+        document_id=row["attachment_document_id"] if state is AttachmentState.INGESTED else None,
+        lease_owner=row["lease_owner"],
         lease_expires_at=row["lease_expires_at"], next_attempt_at=row["next_attempt_at"],
         inspection=_json(row["inspection"]), attached_by=row["attached_by"], expired=row["expired"])
 
 
-async def status_row(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentRow | None:
-    """`STATUS`: one attachment's row; None if the artifact is gone."""
+async def status_row(db: Database, *, tenant_id: str, artifact_id: uuid.UUID) -> AttachmentStatus | None:
+    """`STATUS`: one attachment's status; None if the artifact is gone."""
     row = await db.fetchrow(STATUS, tenant_id, artifact_id)
     return None if row is None else _attachment(row)

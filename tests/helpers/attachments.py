@@ -11,10 +11,11 @@ from typing import Any
 
 import anyio
 
-from knowledge.ingest.attachments import AttachmentQueue, AttachmentStatus
+from knowledge.ingest.attachments import AttachmentQueue
 from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import ArtifactRef, Principal
 from knowledge.service import KnowledgeService
+from knowledge.store.attachment_queue import AttachmentStatus
 from knowledge.store.db import Connection, Database
 from tests.helpers.kit import Kit
 from tests.helpers.progress import HANG_SECONDS
