@@ -44,7 +44,7 @@ from knowledge.parsers.pdf import PdfExtractor
 from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
 from knowledge.service import KnowledgeService
 from knowledge.store.artifacts import ArtifactStore
-from knowledge.store.db import Database, open_bridge
+from knowledge.store.db import Database, open_pool
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 from knowledge.supervisors.parser_pool import ParserPool
 
@@ -172,9 +172,9 @@ async def run(args: argparse.Namespace) -> list[list[Row]]:
     with throwaway_data_dir("knowledge-bench-", dsn=args.dsn) as data_dir:
         settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=False,
                             pool_max_size=max(4, 2 * max(args.workers) + 2))
-        async with KnowledgeService.open(settings) as svc, open_bridge() as bridge, \
-                Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=settings.pool_max_size,
-                              application_name="knowledge-bench-attachments") as db:
+        async with KnowledgeService.open(settings) as svc, \
+                open_pool(svc.dsn, min_size=1, max_size=settings.pool_max_size,
+                          application_name="knowledge-bench-attachments") as db:
             ingestor = own_ingestor(db, settings)
             for corpus, paths, repeat in corpora:
                 await direct(svc, corpus, paths[:3], 1)  # warm-up: connections, spares, caches

@@ -29,7 +29,7 @@ from knowledge.core.prepare import IngestRequest, prepare
 from knowledge.core.scan import find_secrets
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
 from knowledge.service import KnowledgeService
-from knowledge.store.db import Database, open_bridge
+from knowledge.store.db import Database, open_pool
 from knowledge.store.documents import TS_CONFIG
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
@@ -185,9 +185,8 @@ async def run(args: argparse.Namespace) -> None:
         settings = Settings(dsn=args.dsn, data_dir=data_dir, sweep_interval_seconds=None, semantic_arm=False,
                             pool_max_size=max(4, args.concurrency + 2))
         # The floors, the resets and the counts run on a pool of the script's own (the service's is private).
-        async with KnowledgeService.open(settings) as svc, open_bridge() as bridge, \
-                Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=4,
-                              application_name="knowledge-bench-ingest") as db:
+        async with KnowledgeService.open(settings) as svc, \
+                open_pool(svc.dsn, min_size=1, max_size=4, application_name="knowledge-bench-ingest") as db:
             rows: list[tuple[str, float, float, str]] = []
 
             began = time.perf_counter()

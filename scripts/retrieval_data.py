@@ -29,7 +29,7 @@ from knowledge.models import ArtifactOrigin, Principal, TrustLevel
 from knowledge.retrieval.search import Arm, LexicalArm, Searcher
 from knowledge.semantic.arm import SemanticArm
 from knowledge.semantic.encoder import DIM
-from knowledge.store.db import Database, open_bridge
+from knowledge.store.db import Database, open_pool
 from knowledge.store.documents import TS_CONFIG
 from knowledge.structured import HeldError
 from knowledge.supervisors.embedder import Embedder
@@ -57,8 +57,7 @@ def searching_with(searcher: Searcher, **attrs: Any) -> Iterator[None]:
 async def own_db(svc: Any, name: str, max_size: int = 4) -> AsyncIterator[Database]:
     """A pool of the script's own on the service's database (``svc.dsn``), for what it reads or writes
     behind the service's back: the service's parts, its pool included, are private (a closed facade)."""
-    async with open_bridge() as bridge, Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=max_size,
-                                                      application_name=name) as db:
+    async with open_pool(svc.dsn, min_size=1, max_size=max_size, application_name=name) as db:
         yield db
 
 

@@ -48,7 +48,7 @@ os.environ.pop("COLUMNS", None)
 
 from knowledge.config import Settings
 from knowledge.service import KnowledgeService
-from knowledge.store.db import Database, dsn_with_database, ensure_database, open_bridge
+from knowledge.store.db import Database, dsn_with_database, ensure_database, open_bridge, open_pool
 from knowledge.store.migrate import migrate
 from knowledge.supervisors.embedded_pg import start_embedded, stop_embedded
 from tests.helpers.kit import Kit
@@ -162,8 +162,7 @@ async def open_sql(dsn: str) -> AsyncIterator[Database]:
     """A pool of the test's own on ``dsn`` (the service's database: `KnowledgeService.dsn`): what a
     test reads or writes behind the service's back — rows, counts, a terminated backend. The service's
     own pool is private (a closed facade); its application name is not this one."""
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=2,
-                                                      application_name="knowledge-test-sql") as db:
+    async with open_pool(dsn, min_size=1, max_size=2, application_name="knowledge-test-sql") as db:
         yield db
 
 

@@ -81,10 +81,10 @@ def start(ctx: typer.Context) -> int:
 
 async def connected_clients(dsn: str) -> dict[str, int]:
     """The server's other client connections, by application name (``knowledge-cli``, a worker…)."""
-    from knowledge.store.db import Database, open_bridge
+    from knowledge.store.db import open_pool
     from knowledge.store.server import clients_by_application
 
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+    async with open_pool(dsn, min_size=1, max_size=1) as db:
         return await clients_by_application(db)
 
 
@@ -235,11 +235,10 @@ def _unquoted(name: str) -> str:
 async def _extension_access(dsn: str, names: set[str]) -> tuple[set[str], list[str]]:
     """Of ``names``: those the database has already, and why (one line each) each other one cannot
     be restored by this role (not offered by the server, or not the role's to create)."""
-    from knowledge.store.db import Database, open_bridge
+    from knowledge.store.db import open_pool
     from knowledge.store.vectors import extension_access
 
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1,
-                                                      application_name="knowledge-cli") as db:
+    async with open_pool(dsn, min_size=1, max_size=1, application_name="knowledge-cli") as db:
         access = await extension_access(db, sorted(names))
     installed = {a.name for a in access.extensions if a.installed}
     refusals = [f"the archive needs the {a.name} extension, which this server does not offer" if not a.offered

@@ -53,7 +53,7 @@ async def open_reader(opts: Options) -> AsyncIterator[Catalog]:
     closed on the way out."""
     from knowledge.errors import DatabaseMissing
     from knowledge.store.catalog import Catalog
-    from knowledge.store.db import Database, open_bridge
+    from knowledge.store.db import Database, open_bridge, open_pool
 
     dsn = _dsn(opts)
     if dsn is not None:
@@ -69,6 +69,6 @@ async def open_reader(opts: Options) -> AsyncIterator[Catalog]:
                     yield Catalog(db)
                     return
     # The service creates and migrates the database; the reads go through a connection of their own.
-    async with open_service(opts, semantic_arm=False) as svc, open_bridge() as bridge, \
-            Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=1, application_name="knowledge-cli") as db:
+    async with open_service(opts, semantic_arm=False) as svc, \
+            open_pool(svc.dsn, min_size=1, max_size=1, application_name="knowledge-cli") as db:
         yield Catalog(db)

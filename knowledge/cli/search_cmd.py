@@ -98,7 +98,8 @@ def search(
         # Only the query is embedded here: no backfill, no drain competing with it for the child.
         async with open_service(opts, semantic_backfill=False, semantic_drain=False) as svc:
             await require_tenant(svc, opts.tenant)
-            semantic = SemanticArm.name in svc.retrieval().arms
+            status = svc.retrieval()
+            semantic = SemanticArm.name in status.arms
             if semantic:  # a fresh process: its embedder child is loading the model
                 await svc.semantic_ready(within=EMBEDDER_WAIT_SECONDS)
             before = svc.retrieval().searches_without_arm.get(SemanticArm.name, 0)
@@ -111,7 +112,7 @@ def search(
                 arms.append(SemanticArm.name)
             if not passages:
                 notes.append(await _why_nothing(svc, request))
-            return passages, svc.retrieval().ranking, arms, notes
+            return passages, status.ranking, arms, notes
 
     passages, policy, arms, notes = opts.run(run)
     rendered_at = when or datetime.now(UTC)

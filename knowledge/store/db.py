@@ -336,6 +336,14 @@ class Database:
 
 
 @contextlib.asynccontextmanager
+async def open_pool(dsn: str, **options: Any) -> AsyncIterator[Database]:
+    """`Database.open` over the running loop's bridge (`open_bridge`): a pool of the caller's own on
+    ``dsn`` for one block (an auditor beside a service, a command's one-off read)."""
+    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, **options) as db:
+        yield db
+
+
+@contextlib.asynccontextmanager
 async def connect_once(dsn: str, bridge: Bridge) -> AsyncIterator[Connection]:
     """A single connection outside any pool (administration: creating the database)."""
     try:

@@ -25,7 +25,7 @@ from importlib import resources
 import anyio
 
 from knowledge.errors import MigrationError
-from knowledge.store.db import Connection, Database, open_bridge
+from knowledge.store.db import Connection, Database, open_pool
 
 # pg_advisory_lock key: the first 8 bytes of sha256("knowledge.migrations"), as a signed bigint.
 LOCK_KEY = int.from_bytes(hashlib.sha256(b"knowledge.migrations").digest()[:8], "big", signed=True)
@@ -123,7 +123,7 @@ async def applied_versions(db: Database) -> list[int]:
 
 
 async def _main(dsn: str) -> None:
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+    async with open_pool(dsn, min_size=1, max_size=1) as db:
         print(json.dumps({"applied": await migrate(db)}))
 
 

@@ -61,7 +61,7 @@ from knowledge.models import (
 )
 from knowledge.service import KnowledgeService
 from knowledge.store.catalog import live_document_ids, version_chunk_ids
-from knowledge.store.db import Database, connect_once, open_bridge
+from knowledge.store.db import Database, connect_once, open_bridge, open_pool
 from knowledge.store.deletion import drop_tenant_documents
 from knowledge.store.retry import retry_transient
 from knowledge.store.server import terminate_half_of
@@ -509,8 +509,7 @@ class Driver:
 @contextlib.asynccontextmanager
 async def _auditor(svc: KnowledgeService, application_name: str) -> AsyncIterator[Database]:
     """A pool of the auditor's own on the database ``svc`` uses (closed before the service)."""
-    async with open_bridge() as bridge, Database.open(svc.dsn, bridge=bridge, min_size=1, max_size=2,
-                                                      application_name=application_name) as db:
+    async with open_pool(svc.dsn, min_size=1, max_size=2, application_name=application_name) as db:
         yield db
 
 

@@ -34,7 +34,7 @@ import anyio
 import psutil
 from anyio.abc import ByteReceiveStream
 
-from knowledge.store.db import Database, open_bridge
+from knowledge.store.db import open_pool
 from knowledge.store.deletion import drop_tenant_documents
 from knowledge.stress.signals import HANG_SECONDS, settle, store_leftovers
 from knowledge.supervisors.embedded_pg import embedded_status, start_embedded, stop_embedded
@@ -206,7 +206,7 @@ async def _judge_leftovers(children: set[int], dsn: str, tenant: str, app: str) 
         for p in left:
             p.kill()
     problems += await store_leftovers(dsn, app, tenant, "the host")
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+    async with open_pool(dsn, min_size=1, max_size=1) as db:
         await drop_tenant_documents(db, tenant_id=tenant)
     return problems
 

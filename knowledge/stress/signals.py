@@ -38,7 +38,7 @@ from anyio.abc import ByteReceiveStream
 from knowledge.maintenance.audit import audit_storage
 from knowledge.store.audit import unexpiring_artifacts
 from knowledge.store.catalog import document_rows
-from knowledge.store.db import Database, open_bridge
+from knowledge.store.db import open_pool
 from knowledge.store.deletion import drop_tenant_documents
 from knowledge.store.server import database_sessions_of
 
@@ -151,7 +151,7 @@ async def one_round(knowledge: Sequence[str], dsn: str, folder: Path, files: int
     result.stderr = stderr.decode(errors="replace")
     result.summarized = bool(last_line) and _last_line(bytes(stdout)) == last_line
     result.problems += await _judge_leftovers(process.pid, dsn, tenant)
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+    async with open_pool(dsn, min_size=1, max_size=1) as db:
         result.documents = await document_rows(db, tenant_id=tenant)
         await drop_tenant_documents(db, tenant_id=tenant)
     result.complete = result.documents == files
@@ -206,7 +206,7 @@ async def store_leftovers(dsn: str, application: str, tenant: str, who: str) -> 
     given a moment to go), partial documents, orphans, statistics that disagree, and artifacts
     without an expiry that no document holds."""
     problems = []
-    async with open_bridge() as bridge, Database.open(dsn, bridge=bridge, min_size=1, max_size=1) as db:
+    async with open_pool(dsn, min_size=1, max_size=1) as db:
         async def connections() -> int:
             return await database_sessions_of(db, application_name=application)
 
