@@ -176,6 +176,11 @@ class Ingestor:
                 raise IngestRefused(exc.reason, exc.message) from None
             finally:
                 EXTRACTION_OWNER.reset(owner)
+                # A refusal mid-read leaves the stream started: close it here, not when it is collected
+                # (trio reports an async generator collected unfinished).
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
         # Reading the source writes nothing: safe to repeat after a database fault.
         source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.faults.delays)
