@@ -173,12 +173,17 @@ class DeletedChunk(BaseModel):
 
 class Extracted(str):
     """An extractor's text with what the source states about itself beside the text: the date it
-    speaks from (a PDF's modification or creation date). A plain ``str`` from an extractor states
-    nothing; `knowledge.core.prepare` reads ``stated_date`` where it is there."""
+    speaks from (a PDF's modification or creation date, a page's publication date) and its title.
+    A plain ``str`` from an extractor states nothing; `knowledge.core.prepare` reads
+    ``stated_date`` and ``stated_title`` where they are there."""
 
     stated_date: date | None
+    #: The title the source gives itself (an HTML page's ``<title>``, a Word document's core
+    #: properties): the document's title where the caller gave none.
+    stated_title: str | None
 
-    def __new__(cls, text: str, stated_date: date | None = None) -> Extracted:
+    def __new__(cls, text: str, stated_date: date | None = None, stated_title: str | None = None) -> Extracted:
         self = super().__new__(cls, text)
         self.stated_date = stated_date
+        self.stated_title = stated_title
         return self

@@ -35,6 +35,18 @@ class Extractor(Protocol):
         ...
 
 
+async def collect_source(source: AsyncIterator[bytes], fmt: str, limit: int) -> bytes:
+    """A source's bytes gathered for a parser child, refused as ``<fmt>_too_large`` above ``limit``."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in source:
+        size += len(chunk)
+        if size > limit:
+            raise ExtractionRefused(f"{fmt}_too_large", f"{fmt.upper()} above the {limit}-byte input bound")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def base_media_type(media_type: str) -> str:
     """``"text/markdown; charset=utf-8"`` -> ``"text/markdown"``."""
     return media_type.split(";", 1)[0].strip().lower()

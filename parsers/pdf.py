@@ -16,19 +16,13 @@ import anyio
 
 from knowledge.errors import ExtractionRefused
 from knowledge.models import Extracted
+from knowledge.parsers.base import collect_source
 from knowledge.supervisors.parser_pool import EXTRACT_SECONDS, MAX_IO_BYTES, SLOTS_PER_LOOP, ParserPool
 from knowledge.vocabulary import Structure
 
 
 async def collect(source: AsyncIterator[bytes], limit: int = MAX_IO_BYTES) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in source:
-        size += len(chunk)
-        if size > limit:
-            raise ExtractionRefused("pdf_too_large", f"PDF above the {limit}-byte input bound")
-        parts.append(chunk)
-    return b"".join(parts)
+    return await collect_source(source, "pdf", limit)
 
 
 #: A PDF at least this large is inspected first; one of at least SPLIT_PAGES pages is extracted as

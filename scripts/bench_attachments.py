@@ -39,9 +39,7 @@ from knowledge.ingest.attachments import AttachmentQueue, attachment_document_id
 from knowledge.ingest.ingestor import Ingestor
 from knowledge.maintenance.worker import AttachmentWorker, WorkerOptions
 from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel, Visibility
-from knowledge.parsers.base import ExtractorRegistry
-from knowledge.parsers.pdf import PdfExtractor
-from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.parsers.registry import default_registry
 from knowledge.service import KnowledgeService
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database, open_pool
@@ -128,7 +126,7 @@ def own_ingestor(db: Database, settings: Settings) -> Ingestor:
     store, the extractors (PDFs through a parser pool of its own; spares are the loop's) and no vectors
     (the semantic arm is off)."""
     parsers = ParserPool()
-    extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(), PdfExtractor(parsers)])
+    extractors = default_registry(parsers)
     return Ingestor(db, ArtifactStore(db, settings.max_artifact_bytes), extractors)
 
 

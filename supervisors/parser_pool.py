@@ -213,6 +213,7 @@ class JobRecord:
 
     op: str
     deadline: float
+    format: str = "pdf"  # pdf | html | docx
     waited: float = 0.0  # seconds spent queued for a slot (not counted by the deadline)
     pid: int | None = None
     progress: int = 0  # progress lines the child wrote
@@ -251,24 +252,26 @@ class ParserPool:
         return inspection
 
     async def extract(self, data: bytes, deadline: float = EXTRACT_SECONDS,
-                      pages: tuple[int, int] | None = None) -> Extracted:
+                      pages: tuple[int, int] | None = None, fmt: str = "pdf") -> Extracted:
         """The PDF's text (or that of the 0-based, end-exclusive page range ``pages``), with Markdown
         headings from its outline or font sizes, and the date the PDF states of itself (`Extracted`;
         read with the first range). Raises `ExtractionRefused` (``no_text`` among them)
         or `ParserFailure`.
 
         Cancellation: the child is killed and reaped before the cancellation propagates."""
-        result = await self.run("extract", data, deadline, pages)
-        stated = result.get("date")
-        return Extracted(result["text"], date.fromisoformat(stated) if isinstance(stated, str) else None)
+        result = await self.run("extract", data, deadline, pages, fmt)
+        stated, title = result.get("date"), result.get("title")
+        return Extracted(result["text"], date.fromisoformat(stated) if isinstance(stated, str) else None,
+                         title if isinstance(title, str) and title.strip() else None)
 
-    async def run(self, op: str, data: bytes, deadline: float, pages: tuple[int, int] | None = None
-                  ) -> dict[str, Any]:
+    async def run(self, op: str, data: bytes, deadline: float, pages: tuple[int, int] | None = None,
+                  fmt: str = "pdf") -> dict[str, Any]:
         """One job: queue for a slot, then spawn, feed, read, reap within ``deadline`` seconds of
         getting it (the queue is not counted; an extraction that stalls ends sooner)."""
         if len(data) > MAX_IO_BYTES:
-            raise ExtractionRefused("pdf_too_large", f"{len(data)} bytes is above the {MAX_IO_BYTES}-byte input bound")
-        record = JobRecord(op, deadline)
+            raise ExtractionRefused(f"{fmt}_too_large",
+                                    f"{len(data)} bytes is above the {MAX_IO_BYTES}-byte input bound")
+        record = JobRecord(op, deadline, fmt)
         self.history.append(record)
         del self.history[: -self.keep_history]
         asked = time.monotonic()
@@ -282,14 +285,15 @@ class ParserPool:
         finally:
             with anyio.CancelScope(shield=True):
                 await slots.give_back()  # only now: the child is dead and reaped
-        record.outcome = "pdf_timeout"
+        record.outcome = f"{fmt}_timeout"
         if scope.cancelled_caught:
-            raise ParserFailure("pdf_timeout", f"{op} passed its {deadline:.0f} s deadline")
+            raise ParserFailure(record.outcome, f"{op} passed its {deadline:.0f} s deadline")
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _run_child(self, record: JobRecord, data: bytes, remaining: float, pages: tuple[int, int] | None,
                          spare: Process | None = None) -> dict[str, Any]:
-        header = json.dumps({"op": record.op, "cpu_seconds": max(1, math.ceil(remaining)) + 1,
+        header = json.dumps({"op": record.op, "format": record.format,
+                             "cpu_seconds": max(1, math.ceil(remaining)) + 1,
                              "address_space_bytes": self.address_space_bytes,
                              "pages": list(pages) if pages else None}).encode() + b"\n"
         if spare is not None and spare.returncode is not None:  # a spare that died idle: reap it, spawn anew
@@ -359,8 +363,8 @@ class ParserPool:
             out, err = await self._exchange(process, payload, record)
             tg.cancel_scope.cancel()
         if record.stalled:
-            record.outcome = "pdf_timeout"
-            raise ParserFailure("pdf_timeout", f"{record.op} stalled: no progress from the parser child "
+            record.outcome = f"{record.format}_timeout"
+            raise ParserFailure(record.outcome, f"{record.op} stalled: no progress from the parser child "
                                                f"within {stall:.0f} s (after {record.progress} progress lines)")
         return out, err
 
@@ -411,21 +415,21 @@ class ParserPool:
 
     def _result(self, record: JobRecord, returncode: int, out: bytes, err: bytes) -> dict[str, Any]:
         if returncode != 0 or not out:
-            record.outcome = "pdf_killed"
+            record.outcome = f"{record.format}_killed"
             why = f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
             tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            raise ParserFailure("pdf_killed", f"the parser child died ({why}) {tail[0][:200]}".strip())
+            raise ParserFailure(record.outcome, f"the parser child died ({why}) {tail[0][:200]}".strip())
         if len(out) > MAX_IO_BYTES:
-            record.outcome = "pdf_too_large"
-            raise ExtractionRefused("pdf_too_large", "the parser's output is above the 32 MiB bound")
+            record.outcome = f"{record.format}_too_large"
+            raise ExtractionRefused(record.outcome, "the parser's output is above the 32 MiB bound")
         try:
             result: dict[str, Any] = json.loads(out)
         except ValueError:
-            record.outcome = "pdf_killed"
-            raise ParserFailure("pdf_killed", "the parser child wrote no valid result") from None
+            record.outcome = f"{record.format}_killed"
+            raise ParserFailure(record.outcome, "the parser child wrote no valid result") from None
         if not result.get("ok"):
-            record.outcome = str(result.get("reason", "pdf_unreadable"))
-            failure = ParserFailure if record.outcome in {"pdf_killed", "pdf_timeout"} else ExtractionRefused
+            record.outcome = str(result.get("reason", f"{record.format}_unreadable"))
+            failure = ParserFailure if record.outcome.endswith(("_killed", "_timeout")) else ExtractionRefused
             raise failure(record.outcome, str(result.get("message", "")))
         record.outcome = "ok"
         return result

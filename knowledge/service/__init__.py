@@ -58,9 +58,7 @@ from knowledge.models import (
     Viewer,
     Visibility,
 )
-from knowledge.parsers.base import ExtractorRegistry
-from knowledge.parsers.pdf import PdfExtractor
-from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.parsers.registry import default_registry
 from knowledge.retrieval.answers import record_answer
 from knowledge.retrieval.search import Arm, LexicalArm, Searcher
 from knowledge.retrieval.turn import ToolSearch, run_tool_search, run_turn
@@ -121,8 +119,7 @@ class KnowledgeService:
         self._server = server
         self._task_group = task_group
         self._parser_pool = ParserPool()
-        self._extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(),
-                                              PdfExtractor(self._parser_pool)])
+        self._extractors = default_registry(self._parser_pool)
         #: The semantic arm's model version, embedder (its child's owner) and embedding drain (the
         #: queue's consumer), when the arm is on (`start_semantic`).
         self._semantic_version = semantic_parts.version if semantic_parts else None

@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 
 from knowledge.config import Settings
 from knowledge.ingest.ingestor import Ingestor, VectorQueue
-from knowledge.parsers.base import ExtractorRegistry
-from knowledge.parsers.pdf import PdfExtractor
-from knowledge.parsers.text import MarkdownExtractor, PlainTextExtractor
+from knowledge.parsers.registry import default_registry
 from knowledge.store.artifacts import ArtifactStore
 from knowledge.store.db import Database
 from knowledge.store.faults import Faults
@@ -31,6 +29,5 @@ class Kit:
     def __post_init__(self) -> None:
         self.artifacts = ArtifactStore(self.db, self.max_bytes)
         self.parser_pool = ParserPool()
-        self.extractors = ExtractorRegistry([PlainTextExtractor(), MarkdownExtractor(),
-                                             PdfExtractor(self.parser_pool)])
+        self.extractors = default_registry(self.parser_pool)
         self.ingestor = Ingestor(self.db, self.artifacts, self.extractors, faults=self.faults, vectors=self.vectors)
