@@ -133,6 +133,9 @@ class AttachmentState(StrEnum):
     INGESTED = "ingested"
     REFUSED = "refused"
     FAILED = "failed"
+    #: Of a type no extractor reads yet: kept (its thirty-day expiry), pending once one exists
+    #: (``knowledge docs reextract``).
+    AWAITING_EXTRACTOR = "awaiting_extractor"
 
 
 #: The scope a principal needs to ingest (`knowledge.tools`, `knowledge.ingest`).

@@ -89,7 +89,7 @@ FACADE = {
     # sources
     "put_artifact", "artifact_ref", "read_artifact", "expire_artifacts", "sweep_artifacts",
     # ingest, versions, deletion
-    "ingest", "ingest_many", "rechunk", "chunker_for", "delete", "inspect_pdf", "count_refusal",
+    "ingest", "ingest_many", "rechunk", "reextract", "chunker_for", "delete", "inspect_pdf", "count_refusal",
     # retrieval and citations
     "search", "retrieval", "get_chunk", "operator_get_chunk", "operator_resolve_citation",
     # the semantic arm

@@ -2,8 +2,8 @@
 
     knowledge [--dsn DSN | --data-dir DIR] [--tenant T] [--principal P] [--loop trio|asyncio] [--json] COMMAND
 
-Commands: ``ingest``, ``search``, ``docs list|show|versions|delete|rechunk|reembed``, ``chunk show``, ``stats``,
-``worker``, ``db start|stop|status|psql``. Human output by default (tables, a progress bar); ``--json``
+Commands: ``ingest``, ``search``, ``docs list|show|versions|delete|rechunk|reembed|reextract``, ``chunk show``,
+``stats``, ``worker``, ``db start|stop|status|psql``. Human output by default (tables, a progress bar); ``--json``
 prints one JSON document on stdout instead. Errors are one line on stderr; exit codes are in
 `knowledge.cli.context` (0 done, 1 refused, 2 bad arguments or configuration, 3 database unavailable, 130
 interrupted). ``-h`` is ``--help`` everywhere.

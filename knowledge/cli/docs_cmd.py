@@ -10,7 +10,7 @@ import re
 import sys
 import uuid
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # (imported where used: `knowledge --help` loads none of the 
     from knowledge.models import DeletedChunk
     from knowledge.store.catalog import Catalog, Citation, DocumentDetail, DocumentSummary, VersionInfo
 
-docs_app = typer.Typer(help="List, inspect, delete and re-chunk documents.", no_args_is_help=True)
+docs_app = typer.Typer(help="List, inspect, delete, re-chunk and re-extract documents.", no_args_is_help=True)
 chunk_app = typer.Typer(help="Resolve citations (chunk ids).", no_args_is_help=True)
 
 
@@ -307,6 +307,33 @@ def reembed(
         opts.out.emit_json({"tenant": opts.tenant, "model_version": version, "chunks": count})
     else:
         opts.out.line(f"embedded {count} chunk{'s' * (count != 1)} of tenant {opts.tenant} under {version}")
+    return 0
+
+
+@docs_app.command("reextract")
+def reextract(
+    ctx: typer.Context,
+    media_type: Annotated[str | None, typer.Option("--media-type", help="Only sources and documents of this media "
+                                                                        "type (e.g. text/html).")] = None,
+) -> int:
+    """Re-run ingestion over stored sources, never asking for a re-upload: sources refused as
+    unsupported_media_type (kept 30 days) whose type now has an extractor become documents, such
+    attachments become pending, and documents whose extractor's version changed get a new version."""
+    opts = options(ctx)
+
+    async def run() -> Any:
+        # The new documents are queued for the semantic arm; this process loads no model.
+        async with open_service(opts, semantic_model=False, semantic_backfill=False) as svc:
+            return await svc.reextract(opts.tenant, media_type=media_type)
+
+    done = opts.run(run)
+    if opts.out.json:
+        opts.out.emit_json({"tenant": opts.tenant, "media_type": media_type, **done.model_dump(mode="json")})
+        return 0
+    refused = ", ".join(f"{reason} {n}" for reason, n in sorted(done.refused.items())) or "none"
+    opts.out.fields(f"Re-extraction of tenant {opts.tenant}" + (f" ({media_type})" if media_type else ""), {
+        "new documents": done.ingested, "new versions": done.versioned, "attachments now pending": done.attachments,
+        "unchanged documents": done.unchanged, "still unsupported": done.still_unsupported, "refused": refused})
     return 0
 
 

@@ -14,7 +14,10 @@ inside it (`Found.folder_key`), so ``--as docs`` on a folder named ``docs`` (or 
 parent) finds the documents 0.2 ingested from it. Without ``--as``/``--root`` such a document is
 never touched; the command only says how many files match one (`earlier_document_id`).
 
-Media types come from content and extension: ``%PDF-`` is ``application/pdf``; ``.md``/``.markdown``
+Media types come from content and extension (`knowledge.parsers.sniff`): ``%PDF-`` is
+``application/pdf`` whatever the name, a ZIP is a Word document only when its structure says so,
+a page that opens as HTML is ``text/html``, an ``.html``/``.docx`` name is taken at its word
+unless its bytes are something else; ``.md``/``.markdown``
 is ``text/markdown``; UTF-8 text (no NUL) is ``text/plain`` only under a text-like name
 (`is_text_like`: no extension, a ``text/*`` type, or a config or markup extension) or with
 ``--as-text``; anything else keeps its guessed type (or ``application/octet-stream``) and the service
@@ -43,6 +46,7 @@ from typing import NamedTuple
 from knowledge.cli import signals
 from knowledge.cli.context import EXIT_REFUSED, CliError
 from knowledge.errors import ArtifactTooLarge, NotARegularFile
+from knowledge.parsers.sniff import DOCX, HTML, XHTML, sniff_media_type
 
 #: Extensions read as plain text although their guessed type is not ``text/*`` (configuration and
 #: lightweight markup that runbooks are written in).
@@ -60,8 +64,10 @@ def is_text_like(path: Path) -> bool:
 
 def detect_media_type(path: Path, data: bytes, *, as_text: bool = False) -> str:
     """The media type of a file from its content and extension (see the module docstring)."""
-    if data.startswith(b"%PDF-"):
-        return "application/pdf"
+    guessed = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    sniffed = sniff_media_type(data, guessed)  # what the bytes are: a signature, a ZIP's structure, HTML
+    if sniffed != guessed or sniffed in (HTML, XHTML, DOCX):
+        return sniffed
     if path.suffix.lower() in (".md", ".markdown"):
         return "text/markdown"
     if as_text or is_text_like(path):
@@ -74,7 +80,7 @@ def detect_media_type(path: Path, data: bytes, *, as_text: bool = False) -> str:
                 return "text/plain"
         if path.suffix.lower() == ".txt":
             return "text/plain"  # by name: the extractor refuses what is not text
-    return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return guessed
 
 
 def document_id_for(tenant: str, key: str, stdin_name: str | None = None) -> uuid.UUID:

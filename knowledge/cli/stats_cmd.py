@@ -197,7 +197,7 @@ def _attachments(opts: Any, queue: QueueOverview) -> None:
         out.line("attachments: none sent")
         return
     rows: list[tuple[Any, ...]] = []
-    for state in ("pending", "ingesting", "ingested", "refused", "failed"):
+    for state in ("pending", "ingesting", "ingested", "refused", "failed", "awaiting_extractor"):
         if state not in queue.by_state:
             continue
         causes = queue.reasons.get(state)

@@ -58,6 +58,7 @@ class PreparedDocument:
     chunks: list[PreparedChunk]
     chunker_version: str = CHUNKER_VERSION
     doc_date: date | None = None  # the date the source states (`knowledge.core.dates`), if any
+    title: str = ""  # the title the chunks are headed by (the request's, or the source's own)
 
     @property
     def instruction_like_count(self) -> int:
@@ -106,7 +107,7 @@ def prepare(raw_text: str, title: str, structure: Structure, chunker: Chunker | 
     # The date the source states: a Markdown file's front matter, else what its extractor read
     # (a PDF's /Info dates: `knowledge.parsers.base.Extracted`).
     stated = (front_matter_date(text) if structure == "markdown" else None) or getattr(raw_text, "stated_date", None)
-    return PreparedDocument(text, chunks, version, stated)
+    return PreparedDocument(text, chunks, version, stated, title)
 
 
 def redacted(heading_path: Sequence[str], secrets: Sequence[str]) -> tuple[str, ...]:
@@ -123,8 +124,11 @@ def redacted(heading_path: Sequence[str], secrets: Sequence[str]) -> tuple[str, 
 
 
 def dated(request: IngestRequest, prepared: PreparedDocument) -> IngestRequest:
-    """``request`` with the date its source states where the caller gave none: the document's own
-    date, never the ingestion date (none stated: None, and recency is neutral)."""
+    """``request`` with what its source states where the caller gave none: the date (the document's
+    own date, never the ingestion date; none stated: None, and recency is neutral) and the title
+    (an HTML page's ``<title>``, a Word document's, else the file's name: `PreparedDocument.title`)."""
+    if not request.title.strip() and prepared.title:
+        request = replace(request, title=prepared.title)
     if request.doc_date is not None or prepared.doc_date is None:
         return request
     return replace(request, doc_date=prepared.doc_date)

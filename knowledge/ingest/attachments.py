@@ -1,15 +1,18 @@
 """Owner-sent attachments (ADR-0120): upload inspection, marking, and the queue workers drain.
 
-A text, Markdown or PDF file the owner attaches to a chat message is ingested automatically, and
-only that:
+A text, Markdown, PDF, HTML or Word file the owner attaches to a chat message is ingested
+automatically, and only that (one of another type is kept, ``awaiting_extractor``, until an
+extractor for it exists: ``knowledge docs reextract``):
 
 - **Upload** (`upload_attachment`) stores the file as an ``UPLOAD`` artifact with trust
-  ``EXTERNAL_UNTRUSTED`` — it stays that, whatever becomes of it — and, for a PDF, runs the parser
+  ``EXTERNAL_UNTRUSTED`` — it stays that, whatever becomes of it — under the media type its bytes
+  are (`knowledge.parsers.sniff`), with the thirty-day default expiry, and, for a PDF, runs the parser
   pool's 10-second upload inspection first and keeps its marker on the artifact (``inspection``).
 - **Marking** (`mark_attachments`) is what the host calls when a message is sent. An attachment is
   marked ``pending`` only when the message's actor is the principal (a `Principal`, not a
   `SurfaceActor` or a `SchedulerActor`) and the principal holds ``knowledge.write``, the artifact is
-  an upload, and its media type has an extractor. A PDF whose upload inspection already refused it
+  an upload, and its media type has an extractor (else ``awaiting_extractor``, with the principal and
+  the document it is to become recorded as for a pending one). A PDF whose upload inspection already refused it
   is recorded ``refused`` with that reason at once. Every attachment passed is recorded as part of
   the conversation, marked or not, so deleting the conversation reaches all of them.
 - **The queue** (`AttachmentQueue`) is what a worker (`knowledge.maintenance.worker`) uses: claim the oldest
@@ -43,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from knowledge.errors import KnowledgeError
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.parsers.base import base_media_type
+from knowledge.parsers.sniff import routed, sniff_media_type
 from knowledge.store.artifacts import collect_bytes, insert_artifact, store_retrying
 from knowledge.store.attachment_queue import (
     AttachmentStatus,
@@ -167,6 +171,7 @@ async def upload_attachment(db: Database, inspect: Inspect, tenant_id: str, data
     transaction (retried after a transient fault, `store_retrying`). Raises `ArtifactTooLarge` above
     ``max_bytes``. Cancellation: nothing is stored."""
     content = await collect_bytes(data, max_bytes)
+    media_type = routed(media_type, sniff_media_type(content, media_type))  # what the bytes are
     marker = await inspection_marker(inspect, content) if base_media_type(media_type) == PDF else None
 
     async def write(tx: Connection, artifact_id: uuid.UUID) -> ArtifactRef:
@@ -191,8 +196,8 @@ def _decide(actor: MessageActor, found: MarkCandidate,
         return None, NotMarked.MISSING_SCOPE.value
     if found.origin is not ArtifactOrigin.UPLOAD:
         return None, NotMarked.NOT_AN_UPLOAD.value
-    if base_media_type(found.media_type) not in media_types:
-        return None, NotMarked.UNSUPPORTED_MEDIA_TYPE.value
+    if base_media_type(found.media_type) not in media_types:  # kept for a later extractor, as an ingest's source
+        return AttachmentState.AWAITING_EXTRACTOR, NotMarked.UNSUPPORTED_MEDIA_TYPE.value
     inspection = found.inspection
     if inspection is not None and not inspection.get("ok", True) and not inspection.get("transient", False):
         return AttachmentState.REFUSED, str(inspection.get("reason") or "pdf_unreadable")
@@ -395,7 +400,8 @@ class AttachmentQueue:
         oldest = [g.oldest_pending_seconds for g in groups if g.oldest_pending_seconds is not None]
         for g in groups:
             by_state[g.state.value] = by_state.get(g.state.value, 0) + g.count
-            if g.state in (AttachmentState.REFUSED, AttachmentState.FAILED) and g.reason:
+            if g.state in (AttachmentState.REFUSED, AttachmentState.FAILED, AttachmentState.AWAITING_EXTRACTOR) \
+                    and g.reason:
                 reasons.setdefault(g.state.value, {})[g.reason] = g.count
         return QueueOverview(by_state=by_state, reasons=reasons, expired_leases=sum(g.expired_leases for g in groups),
                              oldest_pending_seconds=max(oldest) if oldest else None)

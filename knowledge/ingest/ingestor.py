@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -37,13 +38,17 @@ from knowledge.core.prepare import IngestRequest, PreparedDocument, dated, prepa
 from knowledge.errors import ArtifactNotFound, CommitUnknown, DatabaseUnavailable, ExtractionRefused, IngestRefused
 from knowledge.models import (
     ArtifactRef,
+    Authority,
     KnowledgeDocument,
     Principal,
+    Sensitivity,
     TrustLevel,
     Visibility,
 )
 from knowledge.parsers.base import ExtractorRegistry
+from knowledge.parsers.sniff import routed, sniff_media_type
 from knowledge.store.artifacts import ArtifactStore, Opened
+from knowledge.store.awaiting import keep_awaiting
 from knowledge.store.db import Connection, Database, is_transient
 from knowledge.store.documents import count_outcome, supersede
 from knowledge.store.faults import Faults
@@ -139,9 +144,30 @@ class Ingestor:
         """Steps 1-5 of a request: admit, read the source (``opened``: already opened), extract,
         normalize, chunk and scan."""
         self._admit(request)
-        return await self._read_and_prepare(
-            request.principal.tenant_id, request.source.artifact_id, request.title, sha256=request.source.sha256,
-            opened=opened)
+        try:
+            return await self._read_and_prepare(
+                request.principal.tenant_id, request.source.artifact_id, request.title,
+                sha256=request.source.sha256, opened=opened)
+        except Unsupported as refused:
+            raise await self._keep_awaiting(request, refused) from None
+
+    async def _keep_awaiting(self, request: IngestRequest, refused: Unsupported) -> IngestRefused:
+        """Keep a source no extractor reads yet, marked as awaiting one (`knowledge.store.awaiting`):
+        ``knowledge docs reextract`` ingests it once one exists, without a re-upload. The refusal
+        says until when it is kept. Best effort: a failure to mark keeps the refusal as it was."""
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                kept = await keep_awaiting(self.db, tenant_id=request.principal.tenant_id,
+                                           artifact_id=request.source.artifact_id, media_type=refused.media_type,
+                                           request=request_record(request))
+                if kept is not None:
+                    return IngestRefused(refused.reason, f"{refused.message}; the source is kept until "
+                                                         f"{kept:%Y-%m-%d}, awaiting an extractor for its type "
+                                                         "(knowledge docs reextract)")
+        except Exception:
+            _log.warning("could not keep source %s for a later extractor", request.source.artifact_id,
+                         exc_info=True)
+        return IngestRefused(refused.reason, refused.message)
 
     async def commit_prepared(self, request: IngestRequest, source: ArtifactRef, prepared: PreparedDocument
                               ) -> KnowledgeDocument:
@@ -169,22 +195,37 @@ class Ingestor:
             if sha256 is not None and source.sha256 != sha256:
                 raise IngestRefused("source_mismatch", "the artifact's bytes differ from the ref's sha256")
             owner = EXTRACTION_OWNER.set(tenant)  # the parser pool serves tenants in turn
+            content: AsyncIterator[bytes] | None = None
             try:
-                extractor = self.registry.for_media_type(source.media_type)
-                return source, extractor, await extractor.extract(stream, source.media_type)
+                # What the bytes are, not what the name said (`knowledge.parsers.sniff`): the document
+                # and its source copy carry the type it was extracted as.
+                media_type, content = await sniffed(source, stream)
+                if media_type != source.media_type:
+                    source = source.model_copy(update={"media_type": media_type})
+                try:
+                    extractor = self.registry.for_media_type(media_type)
+                except ExtractionRefused as exc:
+                    raise Unsupported(media_type, exc.message) from None
+                return source, extractor, await extractor.extract(content, media_type)
             except ExtractionRefused as exc:
                 raise IngestRefused(exc.reason, exc.message) from None
             finally:
                 EXTRACTION_OWNER.reset(owner)
                 # A refusal mid-read leaves the stream started: close it here, not when it is collected
                 # (trio reports an async generator collected unfinished).
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                for started in (content, stream):
+                    aclose = getattr(started, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
 
         # Reading the source writes nothing: safe to repeat after a database fault.
         source, extractor, raw_text = await retry_transient(f"reading source {artifact_id}", read, self.faults.delays)
         await anyio.lowlevel.checkpoint()
+        # No title given: the one the source states (an HTML <title>, a Word document's), else its file name.
+        title = (title.strip() and title) or (getattr(raw_text, "stated_title", None) or source.file_name or "").strip()
+        if not title or len(title) > 1024:
+            why = "the title is above 1024 characters" if title else "a title is required (the source states none)"
+            raise IngestRefused("invalid_request", why)
         prepared = prepare(raw_text, title, extractor.structure, chunker, extractor.version)
         await anyio.lowlevel.checkpoint()
         return source, prepared
@@ -198,8 +239,8 @@ class Ingestor:
             raise IngestRefused("tenant_mismatch", "the source belongs to another tenant")
         if request.visibility is Visibility.PROJECT and not request.project_scope:
             raise IngestRefused("invalid_request", "visibility=project requires a project_scope")
-        if not request.title.strip() or len(request.title) > 1024:
-            raise IngestRefused("invalid_request", "a title of 1 to 1024 characters is required")
+        if len(request.title) > 1024:  # an empty one: the source's own (`_read_and_prepare`)
+            raise IngestRefused("invalid_request", "a title of at most 1024 characters is required")
 
     async def rechunk(self, document_id: uuid.UUID, chunker: Chunker, principal: Principal) -> int:
         """Re-chunk the live version of a document under ``chunker`` from its retained source — no
@@ -322,6 +363,59 @@ class Ingestor:
         except Exception as exc:  # (the database gone too: expected, and said by the failure itself)
             _log.log(logging.INFO if is_transient(exc) else logging.WARNING,
                      "could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
+
+
+class Unsupported(IngestRefused):
+    """``unsupported_media_type``: no extractor reads what the source's bytes are (``media_type``)."""
+
+    def __init__(self, media_type: str, message: str) -> None:
+        super().__init__("unsupported_media_type", message)
+        self.media_type = media_type
+
+
+def request_record(request: IngestRequest) -> dict[str, Any]:
+    """The admitted request as a source awaiting an extractor keeps it (no content): `request_from`
+    reads it back."""
+    p = request.principal
+    return {"principal": {"tenant_id": p.tenant_id, "principal_id": p.principal_id, "scopes": sorted(p.scopes)},
+            "title": request.title, "visibility": request.visibility.value, "origin_trust": request.origin_trust.value,
+            "project_scope": request.project_scope,
+            "doc_date": request.doc_date.isoformat() if request.doc_date else None,
+            "authority": request.authority.value, "sensitivity": request.sensitivity.value,
+            "document_id": str(request.document_id) if request.document_id else None,
+            "replaces": str(request.replaces) if request.replaces else None}
+
+
+def request_from(record: dict[str, Any], source: ArtifactRef) -> IngestRequest:
+    """The request `request_record` kept, for ``source``."""
+    return IngestRequest(
+        source=source, title=record["title"], visibility=Visibility(record["visibility"]),
+        principal=Principal(tenant_id=record["principal"]["tenant_id"],
+                            principal_id=record["principal"]["principal_id"],
+                            scopes=frozenset(record["principal"]["scopes"])),
+        origin_trust=TrustLevel(record["origin_trust"]), project_scope=record["project_scope"],
+        doc_date=date.fromisoformat(record["doc_date"]) if record["doc_date"] else None,
+        authority=Authority(record["authority"]), sensitivity=Sensitivity(record["sensitivity"]),
+        document_id=uuid.UUID(record["document_id"]) if record["document_id"] else None,
+        replaces=uuid.UUID(record["replaces"]) if record["replaces"] else None)
+
+
+async def sniffed(source: ArtifactRef, stream: AsyncIterator[bytes]) -> tuple[str, AsyncIterator[bytes]]:
+    """The media type ``source``'s bytes are (`sniff_media_type`, from the first slice; a ZIP's from
+    all of it, which its structure needs) and the same bytes as a stream again."""
+    head = await anext(stream, b"")
+    parts = [head]
+    if head.startswith(b"PK") and len(head) < source.size_bytes:
+        parts.extend([part async for part in stream])
+    media_type = routed(source.media_type, sniff_media_type(b"".join(parts), source.media_type))
+
+    async def again() -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+        async for part in stream:
+            yield part
+
+    return media_type, again()
 
 
 @dataclass

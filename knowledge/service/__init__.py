@@ -42,6 +42,7 @@ from knowledge.ingest.attachments import (
 )
 from knowledge.ingest.bulk import OnDone, Outcome, ingest_many
 from knowledge.ingest.ingestor import Ingestor, QueueOnly
+from knowledge.ingest.reextract import Reextracted, reextract
 from knowledge.maintenance.worker import MaintenanceStatus, MaintenanceWorker
 from knowledge.models import (
     ArtifactOrigin,
@@ -58,6 +59,7 @@ from knowledge.models import (
     Viewer,
     Visibility,
 )
+from knowledge.parsers.base import Extractor
 from knowledge.parsers.registry import default_registry
 from knowledge.retrieval.answers import record_answer
 from knowledge.retrieval.search import Arm, LexicalArm, Searcher
@@ -110,7 +112,8 @@ class KnowledgeService:
     declared once, by `policy` (`knowledge.service.policy`) on its definition."""
 
     def __init__(self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None,
-                 semantic_parts: SemanticParts | None = None, faults: Faults | None = None) -> None:
+                 semantic_parts: SemanticParts | None = None, faults: Faults | None = None,
+                 extractors: Sequence[Extractor] = ()) -> None:
         self._settings = settings
         self._db = db
         self._faults = faults if faults is not None else Faults()
@@ -120,6 +123,8 @@ class KnowledgeService:
         self._task_group = task_group
         self._parser_pool = ParserPool()
         self._extractors = default_registry(self._parser_pool)
+        for extractor in extractors:  # a host's own adapters of the Extractor port, for types none reads
+            self._extractors.register(extractor)
         #: The semantic arm's model version, embedder (its child's owner) and embedding drain (the
         #: queue's consumer), when the arm is on (`start_semantic`).
         self._semantic_version = semantic_parts.version if semantic_parts else None
@@ -172,6 +177,7 @@ class KnowledgeService:
         data_dir: Path | None = None,
         faults: Faults | None = None,
         semantic: SemanticParts | None = None,
+        extractors: Sequence[Extractor] = (),
     ) -> AsyncIterator[KnowledgeService]:
         """Open the service; see the module docstring.
 
@@ -179,7 +185,9 @@ class KnowledgeService:
         ``data_dir`` override it. ``faults`` is the fault-injection seam (`Faults`: hooks at the
         ingest's fault points, its retries' backoff) for tests and the stress harness; ``semantic``
         the semantic arm's parts made by the caller (`SemanticParts`: a test's seam), used instead of
-        those ``settings`` would make.
+        those ``settings`` would make. ``extractors``: the host's own adapters of the Extractor port
+        (`knowledge.parsers.base.Extractor`) for media types the service does not read; sources that
+        awaited one are ingested by `reextract`.
 
         Cancellation while opening: a server start in progress runs to completion (bounded by
         pg_ctl's timeout), everything opened so far is closed, and the cancellation propagates.
@@ -202,7 +210,8 @@ class KnowledgeService:
                 # opening leaves the service's task where neither side can end it (trio's
                 # `started()` into a cancelled start does not hand the task over; anyio's asyncio
                 # start cancels it and waits) while the task waits, shielded, for `closing`.
-                owner.start_soon(cls._serve, settings, (faults, semantic), closing, (ready, opened), owner.cancel_scope,
+                given = (faults, semantic, tuple(extractors))
+                owner.start_soon(cls._serve, settings, given, closing, (ready, opened), owner.cancel_scope,
                                  name="knowledge.service")
                 try:
                     await ready.wait()  # (the task failing to open cancels this wait; the group raises why)
@@ -213,7 +222,8 @@ class KnowledgeService:
         held.reraise()
 
     @classmethod
-    async def _serve(cls, settings: Settings, given: tuple[Faults | None, SemanticParts | None], closing: anyio.Event,
+    async def _serve(cls, settings: Settings, given: tuple[Faults | None, SemanticParts | None, Sequence[Extractor]],
+                     closing: anyio.Event,
                      opened: tuple[anyio.Event, list[KnowledgeService]], block: anyio.CancelScope) -> None:
         async with cls._opened(settings, *given) as svc:
             async def guard() -> None:
@@ -236,8 +246,8 @@ class KnowledgeService:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def _opened(cls, settings: Settings, faults: Faults | None, semantic: SemanticParts | None
-                      ) -> AsyncIterator[KnowledgeService]:
+    async def _opened(cls, settings: Settings, faults: Faults | None, semantic: SemanticParts | None,
+                      extractors: Sequence[Extractor] = ()) -> AsyncIterator[KnowledgeService]:
         async with open_bridge() as bridge:
             server: EmbeddedServer | None = None
             url = settings.dsn
@@ -262,7 +272,7 @@ class KnowledgeService:
                     with held:
                         parts = await (semantic.start(db, tg) if semantic is not None
                                        else start_semantic(settings, db, tg))
-                        svc = cls(settings, db, tg, server, parts, faults)
+                        svc = cls(settings, db, tg, server, parts, faults, extractors)
                         if svc._maintenance is not None:
                             svc.start_background("maintenance-worker", svc._maintenance.run)
                         svc.start_background("parser-spares", svc._parser_pool.keep_spares)
@@ -462,6 +472,19 @@ class KnowledgeService:
         """The operator's resolution of a chunk id: anywhere in the tenant, whatever its visibility
         (`knowledge chunk show`); never for a person's view (`get_chunk`)."""
         return await catalog.resolve_chunk(self._db, tenant_id, chunk_id)
+
+    @policy(in_group=True)
+    async def reextract(self, tenant_id: str | None = None, *, media_type: str | None = None) -> Reextracted:
+        """Re-run ingestion over stored sources, never asking for a re-upload (`knowledge.ingest.reextract`):
+        sources refused as ``unsupported_media_type`` (kept thirty days) whose type now has an
+        extractor become documents, such attachments become pending, and live documents whose
+        extractor's version changed get a new version from their own source. Of one tenant or all,
+        of one media type or all. Expired and deleted sources are never read. Runs as a task of the
+        service. Cancellation: documents committed before stay."""
+        done = await reextract(self._ingestor, tenant_id=tenant_id, media_type=media_type)
+        if done.attachments and self._maintenance is not None:
+            self._maintenance.wake()
+        return done
 
     @policy(in_group=True, faults="typed")
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:

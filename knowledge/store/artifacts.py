@@ -26,6 +26,8 @@ from knowledge.store.retry import retry_transient
 _log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 1024 * 1024
+#: The spec's thirty-day default: how long a put artifact lives unless its caller says otherwise.
+DEFAULT_LIFETIME_DAYS = 30
 #: An artifact opened for reading: its ref and a stream of its bytes (`ArtifactStore.open_read`).
 Opened = tuple[ArtifactRef, AsyncIterator[bytes]]
 
@@ -87,11 +89,15 @@ async def insert_artifact(
     expires_at: datetime | None = None,
     artifact_id: UUID | None = None,
 ) -> ArtifactRef:
-    """Insert an artifact on ``conn`` (inside the caller's transaction, if any)."""
+    """Insert an artifact on ``conn`` (inside the caller's transaction, if any). ``expires_at`` None:
+    the spec's thirty-day default (`DEFAULT_LIFETIME_DAYS`) from every path that puts one — a
+    library ``put``, an attachment, the command line; only a document's own source copy (written by
+    the ingest, `knowledge.store.documents`) has none, and `ArtifactStore.set_expiry` can clear it."""
     row = await conn.fetchrow(
         f"""INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes,
                                    media_type, file_name, content, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                    COALESCE($10, clock_timestamp() + interval '{DEFAULT_LIFETIME_DAYS} days'))
             RETURNING {REF_COLUMNS}""",
         tenant_id, artifact_id or uuid4(), origin.value, trust.value, hashlib.sha256(content).hexdigest(),
         len(content), media_type, file_name, content, expires_at,
@@ -147,7 +153,8 @@ class ArtifactStore:
         file_name: str | None = None,
         expires_at: datetime | None = None,
     ) -> ArtifactRef:
-        """Store ``data`` and return its ref. Refuses above ``max_bytes`` (`ArtifactTooLarge`).
+        """Store ``data`` and return its ref. Refuses above ``max_bytes`` (`ArtifactTooLarge`). It
+        expires at ``expires_at``, by default thirty days from now (`insert_artifact`).
 
         A transient database fault is retried with the same artifact id (`store_retrying`).
         Cancellation: either the artifact was committed or nothing was written.
@@ -255,6 +262,9 @@ class ArtifactStore:
         deleted; the batch in flight rolls back and is collected by the next pass.
         """
         total = 0
+        # Marks of sources awaiting an extractor that expired before their source (0014); a swept
+        # source takes its mark with it (ON DELETE CASCADE).
+        await self._db.execute("DELETE FROM awaiting_extractor WHERE expires_at <= clock_timestamp()")
         while True:
             rows: list[Any] = await self._db.fetch(
                 """DELETE FROM artifacts WHERE (tenant_id, artifact_id) IN (

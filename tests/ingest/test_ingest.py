@@ -124,7 +124,10 @@ async def test_admission_needs_scope_and_own_tenant(service: KnowledgeService, t
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("data", "media_type", "reason"), [
-    (b"%PDF-1.4 ...", "application/vnd.ms-excel", "unsupported_media_type"),
+    # the bytes decide (knowledge.parsers.sniff): a PDF named a spreadsheet goes to the PDF extractor
+    (b"%PDF-1.4 ...", "application/vnd.ms-excel", "pdf_unreadable"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "text/plain", "unsupported_media_type"),
+    (b"spreadsheet", "application/vnd.ms-excel", "unsupported_media_type"),
     (b"   \n\n\t \n", "text/plain", "no_text"),
     (b"caf\xe9 au lait", "text/plain", "undecodable"),
     (b"binary\x00data", "text/markdown", "undecodable"),

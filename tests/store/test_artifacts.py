@@ -29,7 +29,9 @@ async def test_put_and_stream_back_large_artifact(service: KnowledgeService, kit
                                       origin=ArtifactOrigin.UPLOAD, trust=TrustLevel.EXTERNAL_UNTRUSTED,
                                       file_name="blob.bin")
     assert ref.size_bytes == len(data) and ref.sha256 == hashlib.sha256(data).hexdigest()
-    assert ref.expires_at is None and ref.file_name == "blob.bin"
+    # The spec's thirty-day default, from every path that puts a source.
+    assert ref.expires_at is not None and ref.file_name == "blob.bin"
+    assert timedelta(days=29, hours=23) < ref.expires_at - ref.created_at <= timedelta(days=30)
     slices = [part async for part in kit.artifacts.stream(ref)]
     assert len(slices) == 4
     assert b"".join(slices) == data
