@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
 
 from knowledge.parsers.base import base_media_type
 
@@ -77,7 +78,11 @@ def sniff_media_type(data: bytes, declared: str) -> str:
     if b"%PDF-" in head[:1024]:
         return PDF
     if head.startswith(_ZIP_MAGIC):
-        return zip_media_type(data)
+        found = zip_media_type(data)
+        # A broken ZIP declared as an Office package is that package, broken: its extractor says why.
+        if found is None:
+            return declared if base_media_type(declared) in (DOCX, *OOXML_PACKAGES.values()) else ZIP
+        return found
     for magic, media_type in _SIGNATURES:
         if head.startswith(magic):
             return media_type
@@ -103,11 +108,11 @@ def _markup_type(head: bytes) -> str | None:
     return XHTML if text.lstrip().startswith(b"<?xml") and _XHTML_NS.search(text) else HTML
 
 
-def zip_media_type(data: bytes) -> str:
+def zip_media_type(data: bytes) -> str | None:
     """A ZIP's media type from its structure: a Word document when its ``[Content_Types].xml``
-    declares a WordprocessingML main part; another OOXML package for what it is; else a ZIP. Reads
-    the central directory and that one entry, bounded; a damaged ZIP is a ZIP (its extractor, if
-    any, refuses it with its reason)."""
+    declares a WordprocessingML main part; another OOXML package for what it is; else a ZIP; None
+    when it is not a sound ZIP (damaged, truncated). Reads the central directory and that one entry,
+    bounded, never inflating more than `MAX_CONTENT_TYPES_BYTES`."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             info = archive.getinfo("[Content_Types].xml")
@@ -115,8 +120,10 @@ def zip_media_type(data: bytes) -> str:
                 return ZIP
             with archive.open(info) as entry:
                 types = entry.read(MAX_CONTENT_TYPES_BYTES + 1).lower()
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError, RuntimeError, ValueError):
+    except KeyError:  # a sound ZIP without content types: no Office package
         return ZIP
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError, ValueError):
+        return None  # not a sound ZIP
     if any(part.encode() in types for part in WORD_MAIN_PARTS):
         return DOCX
     for marker, media_type in OOXML_PACKAGES.items():

@@ -6,10 +6,25 @@ import io
 import zipfile
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from knowledge.parsers.sniff import DOCX, HTML, OLE, PDF, XHTML, ZIP, routed, sniff_media_type
+from knowledge.parsers.docx_extract import WORD_MAIN_TYPES
+from knowledge.parsers.sniff import (
+    DOCX,
+    HTML,
+    OCTET,
+    OLE,
+    OOXML_PACKAGES,
+    PDF,
+    WORD_MAIN_PARTS,
+    XHTML,
+    ZIP,
+    routed,
+    sniff_media_type,
+)
+from tests.conftest import SHARED_CORPUS, corpus_missing
+from tests.helpers.hostile_docx import hostile_case, package
 
 WORD_TYPES = ('<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
               '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-'
@@ -35,7 +50,8 @@ def zipped(entries: dict[str, str]) -> bytes:
     (zipped({"[Content_Types].xml": SHEET_TYPES}), DOCX,
      "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
     (zipped({"readme.txt": "hello"}), DOCX, ZIP),
-    (b"PK\x03\x04 truncated", DOCX, ZIP),
+    (b"PK\x03\x04 truncated", DOCX, DOCX),  # a broken Word package: its extractor says why
+    (b"PK\x03\x04 truncated", "application/octet-stream", ZIP),
     # a legacy or encrypted Office file; images
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(500), DOCX, OLE),
     (b"\x89PNG\r\n\x1a\n....", "text/html", "image/png"),
@@ -60,7 +76,7 @@ def test_a_zip_bomb_is_never_inflated_to_be_sniffed() -> None:
             archive.open("[Content_Types].xml", "w", force_zip64=True) as entry:
         for _ in range(64):
             entry.write(bytes(1024 * 1024))
-    assert sniff_media_type(buffer.getvalue(), DOCX) == ZIP
+    assert sniff_media_type(buffer.getvalue(), "application/zip") == ZIP
 
 
 def test_routing_keeps_the_declared_parameters_when_the_content_agrees() -> None:
@@ -74,3 +90,82 @@ def test_sniffing_never_fails_and_names_a_type(data: bytes, declared: str) -> No
     assert "/" in found
     assert found == declared or found in {PDF, HTML, XHTML, DOCX, ZIP, OLE} or found.startswith(
         ("image/", "application/"))
+
+
+# --- Word packages: the one sniffer the DOCX extractor's inputs are routed by ---------------------------------
+
+
+def test_sniffing_knows_the_main_parts_the_docx_extractor_reads() -> None:
+    assert {t.lower() for t in WORD_MAIN_TYPES} == set(WORD_MAIN_PARTS)
+
+
+def _declaring(main: str) -> bytes:
+    """python-docx's default document, its main part declared as ``main``."""
+    types = zipfile.ZipFile(io.BytesIO(package())).read("[Content_Types].xml")
+    replaced = types.replace(WORD_MAIN_PARTS[0].encode(), main.encode())
+    assert main.encode() in replaced
+    return package({"[Content_Types].xml": replaced})
+
+
+@pytest.mark.parametrize("main", sorted(WORD_MAIN_TYPES))  # .docx, .docm, .dotx, .dotm, spelt as Office writes them
+def test_a_word_package_is_docx_whatever_its_main_part(main: str) -> None:
+    data = _declaring(main)
+    assert sniff_media_type(data, OCTET) == DOCX
+    assert sniff_media_type(data, ZIP) == DOCX
+
+
+# Declared as nothing in particular: a declared DOCX stands for bytes that are not a ZIP, or a broken
+# one (the extractor refuses them with its reason).
+@pytest.mark.parametrize(("name", "expected"), [
+    ("xlsx_spreadsheet", OOXML_PACKAGES["spreadsheetml"]),
+    ("zip_not_ooxml", ZIP),
+    ("truncated_zip", ZIP),
+    ("cfb_encrypted", OLE),
+    ("not_a_zip", OCTET),
+])
+def test_other_files_a_docx_extractor_would_refuse_are_not_word(name: str, expected: str) -> None:
+    assert sniff_media_type(hostile_case(name)[0], OCTET) == expected
+
+
+@pytest.mark.skipif(corpus_missing(SHARED_CORPUS / "docx"), reason="shared corpus (docx) not present")
+def test_every_document_of_the_docx_corpus_is_word() -> None:
+    files = sorted((SHARED_CORPUS / "docx").glob("*.docx"))
+    assert files
+    for path in files:
+        assert sniff_media_type(path.read_bytes(), OCTET) == DOCX, path.name
+
+
+_STORED_WORD: list[bytes] = []
+
+
+def _stored_word() -> bytes:
+    """python-docx's default document at compression level 0: damage lands in its XML as it is."""
+    if not _STORED_WORD:
+        _STORED_WORD.append(package(compresslevel=0))
+    return _STORED_WORD[0]
+
+
+_SNIPPETS = ["<Override ", "/>", "</Types>", "<!DOCTYPE x>", '<!DOCTYPE x [<!ENTITY e "e">]>', "&e;", "&#0;",
+             "\u0000", "\ud7ff", "wordprocessingml", "spreadsheetml", "ContentType=", '"', "<"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 100_000), st.lists(st.sampled_from(_SNIPPETS), min_size=1, max_size=6), st.integers(0, 200))
+def test_damaged_content_types_are_sniffed_without_raising(at: int, junk: list[str], cut: int) -> None:
+    archive = zipfile.ZipFile(io.BytesIO(_stored_word()))
+    types = archive.read("[Content_Types].xml")
+    at %= len(types)
+    damaged = types[:at] + "".join(junk).encode("utf-8", "surrogatepass") + types[at + cut:]
+    found = sniff_media_type(package({"[Content_Types].xml": damaged}, compresslevel=0), OCTET)
+    assert found in {DOCX, ZIP, *OOXML_PACKAGES.values()}
+
+
+# zipfile lets zlib.error escape when [Content_Types].xml's deflate stream is damaged (the example).
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10_000), st.binary(min_size=1, max_size=64))
+@example(at=28, junk=b"\x01")  # [Content_Types].xml's extra field one byte long: its deflate read late
+def test_damaged_word_packages_are_sniffed_without_raising(at: int, junk: bytes) -> None:
+    data = bytearray(_stored_word())
+    at %= len(data)
+    data[at:at + len(junk)] = junk
+    assert "/" in sniff_media_type(bytes(data), DOCX)
