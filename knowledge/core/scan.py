@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from knowledge.core.scan_rules import SpanSet, candidates
 
-SECRET_SCAN_VERSION = "secrets-v3"
+SECRET_SCAN_VERSION = "secrets-v4"  # v4: a PEM body whose line breaks became spaces
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,8 @@ _PEM_BODY_LINE = re.compile(r"[A-Za-z0-9+/]+={0,2}", re.ASCII)
 # body about once in 5,000 keys, and an all-X body fails the entropy floor anyway.
 _ELIDED = re.compile(r"\.\.\.|…|\b(?i:redacted|snip)\b|<[A-Za-z][^>\n]*>|\$\{|\{\{")
 _PEM_TRIM = " \t\"',|>+"  # indentation, JSON/YAML quoting and string concatenation around each body line
+#: A PEM body line is 64 base64 characters (76 in some tools); a collapsed body's pieces are as long.
+_PEM_LINE_MIN = 40
 
 
 def _pem_body_ok(body: str) -> bool:
@@ -315,9 +317,16 @@ def _pem_body_ok(body: str) -> bool:
         line = raw.strip(_PEM_TRIM)
         if not line or _PEM_HEADER_LINE.match(line) or (line[0] == "=" and len(line) <= 5):
             continue  # blank, armor headers, and the OpenPGP armor checksum ("=abcd")
-        if _PEM_BODY_LINE.fullmatch(line) is None:
+        if _PEM_BODY_LINE.fullmatch(line) is not None:
+            material.append(line)
+            continue
+        # A body whose line breaks became spaces (a page's paragraph, a log line, a form field):
+        # still key material when every piece is a base64 run as long as a body line (the last shorter).
+        pieces = [piece for piece in (p.strip(_PEM_TRIM) for p in line.split()) if piece]
+        if len(pieces) < 2 or any(_PEM_BODY_LINE.fullmatch(piece) is None for piece in pieces) \
+                or any(len(piece) < _PEM_LINE_MIN for piece in pieces[:-1]):
             return False  # prose or markup inside the block: an illustration, not a key
-        material.append(line)
+        material.extend(pieces)
     joined = "".join(material)
     if _HEX.fullmatch(joined):  # a hex body (OpenVPN's static keys): four bits a character at most
         return len(joined) >= 64 and entropy(joined) >= 3.6

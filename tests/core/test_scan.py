@@ -329,3 +329,15 @@ def test_injection_scan_rare_on_docs() -> None:
     docs = _docs()
     flagged = [path for path, text in docs if is_instruction_like(text)]
     assert len(flagged) <= len(docs) // 100, flagged
+
+
+@pytest.mark.parametrize("separator", [" ", "  ", " \t"])
+def test_a_private_key_whose_line_breaks_became_spaces_is_found(separator: str) -> None:
+    # A web page's paragraph, a log line, a form field: the PEM body's lines joined by white space.
+    rng = random.Random(34)
+    lines = [_random(rng, 64, _ALNUM + "+/") for _ in range(5)]
+    collapsed = separator.join(["-----BEGIN PRIVATE KEY-----", *lines, "-----END PRIVATE KEY-----"])
+    assert [f.kind for f in find_secrets(f"tls.key: | {collapsed} and more prose")] == ["private_key"]
+    words = "paste the whole of your organisation's signing key here then save and reload the page again"
+    prose = separator.join(["-----BEGIN PRIVATE KEY-----", words, "-----END PRIVATE KEY-----"])
+    assert find_secrets(prose) == []
