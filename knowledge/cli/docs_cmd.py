@@ -333,7 +333,8 @@ def reextract(
     refused = ", ".join(f"{reason} {n}" for reason, n in sorted(done.refused.items())) or "none"
     opts.out.fields(f"Re-extraction of tenant {opts.tenant}" + (f" ({media_type})" if media_type else ""), {
         "new documents": done.ingested, "new versions": done.versioned, "attachments now pending": done.attachments,
-        "unchanged documents": done.unchanged, "still unsupported": done.still_unsupported, "refused": refused})
+        "unchanged documents": done.unchanged, "still unsupported": done.still_unsupported, "refused": refused,
+        "still awaiting an extractor": ", ".join(f"{t} {n}" for t, n in done.awaiting.items()) or "none"})
     return 0
 
 

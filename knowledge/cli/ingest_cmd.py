@@ -7,7 +7,8 @@ really is, or the logical key ``--as`` / ``--root`` states), what cannot be read
 whose 0.2 key (its folder's name and its path inside it) names a live document leaves that
 document alone; the command says how many did (``folder_name_matches``), and that ``--as`` makes
 them new versions of those documents. The upload is only the vehicle: it expires once ingested, the document
-keeps its own copy of the source. Output: tables, ``--json``, or ``--jsonl`` (each file's outcome
+keeps its own copy of the source; a file of a type no extractor reads yet is kept thirty days, awaiting
+one (``knowledge docs reextract``). Output: tables, ``--json``, or ``--jsonl`` (each file's outcome
 as it settles, then a summary record). Interrupted (SIGINT, SIGTERM) or cut off from its database,
 a ``--jsonl`` ingest still writes a record for every file — each document that committed as what
 it came to — and then the summary, which says why it stopped (``interrupted``, ``error``).
@@ -471,13 +472,20 @@ async def _ingest_pending(svc: KnowledgeService, principal: Principal, run: _Run
             try:
                 await svc.ingest_many([u.request for u in pending if u.request is not None], on_done=on_done)
             finally:  # the uploads were only the vehicle (if this cannot run, they expire within the hour)
+                # ... except a source no extractor reads yet: kept thirty days, awaiting one (docs reextract)
                 with anyio.move_on_after(5, shield=True), contextlib.suppress(Exception):
-                    await svc.expire_artifacts(
-                        principal.tenant_id, [u.request.source.artifact_id for u in pending if u.request])
+                    await svc.expire_artifacts(principal.tenant_id, [
+                        u.request.source.artifact_id for i, u in enumerate(pending)
+                        if u.request and not awaiting(run.done.get(i))])
         if lost:
             settling.cancel_scope.cancel()
     if lost:
         raise lost[0]
+
+
+def awaiting(outcome: Outcome | None) -> bool:
+    """Whether an ingest's outcome kept its source for a later extractor (``unsupported_media_type``)."""
+    return getattr(outcome, "reason", None) == "unsupported_media_type"
 
 
 def landed(upload: _Upload, outcome: Outcome | None, *, chunks: int | None = None,

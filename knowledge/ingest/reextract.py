@@ -31,6 +31,7 @@ from knowledge.ingest.ingestor import Ingestor, request_from
 from knowledge.models import Authority, KnowledgeDocument, Principal, Sensitivity, TrustLevel, Visibility
 from knowledge.parsers.base import base_media_type
 from knowledge.store.awaiting import (
+    awaiting_counts,
     awaiting_sources,
     extracted_documents,
     forget_awaiting,
@@ -56,6 +57,8 @@ class Reextracted(BaseModel):
     still_unsupported: int = 0
     #: Refusals and failures by reason (a source that awaited: unmarked; a document: its version stays).
     refused: dict[str, int] = Field(default_factory=dict)
+    #: What still awaits an extractor afterwards, by media type (sources kept; not attachments).
+    awaiting: dict[str, int] = Field(default_factory=dict)
 
 
 def extractor_part(chunker_version: str) -> str:
@@ -72,7 +75,7 @@ async def reextract(ingestor: Ingestor, *, tenant_id: str | None = None, media_t
         supported &= {base_media_type(media_type)}
     refused: Counter[str] = Counter()
     if not supported:
-        return Reextracted()
+        return Reextracted(awaiting=await awaiting_counts(ingestor.db, tenant_id=tenant_id))
     db, artifacts = ingestor.db, ingestor.artifacts
 
     waiting: list[IngestRequest] = []
@@ -121,7 +124,7 @@ async def reextract(ingestor: Ingestor, *, tenant_id: str | None = None, media_t
         ingestor.wake_drain()
     return Reextracted(ingested=ingested, versioned=sum(isinstance(o, KnowledgeDocument) for o in versions),
                        attachments=len(released), unchanged=unchanged, still_unsupported=still,
-                       refused=dict(refused))
+                       refused=dict(refused), awaiting=await awaiting_counts(db, tenant_id=tenant_id))
 
 
 def _count(outcome: Outcome, refused: Counter[str]) -> None:

@@ -1,9 +1,9 @@
 """Sources awaiting an extractor, and the documents an extractor's new version re-reads (build step 7:
 "re-running ingestion over already-stored sources rather than asking for re-upload").
 
-- An ingest refused as ``unsupported_media_type`` keeps its source: one ``awaiting_extractor`` row
-  (migration 0014) records what the bytes are and the request as admitted, expiring with the
-  source and at most `AWAITING_DAYS` after the refusal (`keep_awaiting`); the artifact sweep
+- An ingest refused as ``unsupported_media_type`` keeps its source (at least `AWAITING_DAYS` more): one
+  ``awaiting_extractor`` row (migration 0014) records what the bytes are and the request as admitted,
+  expiring with the source and at most `AWAITING_DAYS` after the refusal (`keep_awaiting`); the artifact sweep
   deletes expired marks (`knowledge.store.artifacts.ArtifactStore.sweep`).
 - An owner-sent attachment of such a type is marked ``awaiting_extractor`` on its artifact
   (`release_awaiting_attachments` makes it pending once an extractor exists).
@@ -31,12 +31,15 @@ AWAITING_DAYS = DEFAULT_LIFETIME_DAYS
 _LIVE_A = LIVE.replace("expires_at", "a.expires_at")
 
 KEEP = f"""
+WITH kept AS (
+  UPDATE artifacts a SET expires_at = GREATEST(a.expires_at, clock_timestamp() + $5::interval)
+  WHERE a.tenant_id = $1 AND a.artifact_id = $2 AND {_LIVE_A}
+    AND a.attachment_state IS NULL AND a.origin <> 'KNOWLEDGE_SOURCE'
+  RETURNING a.tenant_id, a.artifact_id, a.expires_at
+)
 INSERT INTO awaiting_extractor (tenant_id, artifact_id, media_type, request, expires_at)
-SELECT a.tenant_id, a.artifact_id, $3, $4::jsonb,
-       LEAST(COALESCE(a.expires_at, 'infinity'), clock_timestamp() + $5::interval)
-FROM artifacts a
-WHERE a.tenant_id = $1 AND a.artifact_id = $2 AND {_LIVE_A}
-  AND a.attachment_state IS NULL AND a.origin <> 'KNOWLEDGE_SOURCE'
+SELECT tenant_id, artifact_id, $3, $4::jsonb, LEAST(COALESCE(expires_at, 'infinity'), clock_timestamp() + $5::interval)
+FROM kept
 ON CONFLICT (tenant_id, artifact_id) DO UPDATE
   SET media_type = EXCLUDED.media_type, request = EXCLUDED.request, refused_at = clock_timestamp(),
       expires_at = EXCLUDED.expires_at
@@ -110,9 +113,10 @@ class ExtractedDocument:
 
 async def keep_awaiting(db: Database | Connection, *, tenant_id: str, artifact_id: uuid.UUID, media_type: str,
                         request: dict[str, Any], days: int = AWAITING_DAYS) -> datetime | None:
-    """Record that this source awaits an extractor for ``media_type``; when the mark expires, or None
-    when the source is not kept (gone, expired, an attachment: marked on its own row, or a
-    document's own source copy)."""
+    """Record that this source awaits an extractor for ``media_type``, and keep it at least ``days``
+    more (a source that would expire sooner — the command line's one-hour vehicle — now expires
+    then; one with no expiry keeps none). When the mark expires, or None when the source is not kept
+    (gone, expired, an attachment: marked on its own row, or a document's own source copy)."""
     found = await db.fetchval(KEEP, tenant_id, artifact_id, media_type, json.dumps(request), timedelta(days=days))
     return found if isinstance(found, datetime) else None
 

@@ -292,6 +292,10 @@ def test_ingest_folder_json_outcomes_refusals_and_reingest(knowledge: Cli, corpu
     assert (deploy["outcome"], deploy["reason"]) == ("refused", "secret_detected")
     assert isinstance(deploy["chunk_ordinal"], int) and deploy["heading_path"][:2] == ["deploy.md", "Deploy"]
     assert key_id not in result.out + result.err and secret not in result.out + result.err
+    # The two files no extractor reads are kept thirty days, awaiting one; nothing reads them yet.
+    kept = knowledge("--json", "docs", "reextract")
+    assert kept.code == 0 and kept.json()["awaiting"] == {"image/png": 1, "application/octet-stream": 1}
+    assert kept.json()["ingested"] == 0
 
     # Again (the same files, through a subfolder and alone: the same real locations, the same
     # documents): unchanged; a changed file becomes a new version of its document.
