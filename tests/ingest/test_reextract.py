@@ -55,7 +55,9 @@ async def refused_and_kept(svc: KnowledgeService, sql: Database, tenant: str) ->
     mark = await sql.fetchrow("SELECT media_type, expires_at, request FROM awaiting_extractor "
                               "WHERE tenant_id = $1 AND artifact_id = $2", tenant, ref.artifact_id)
     assert mark is not None and mark["media_type"] == "text/csv"
-    assert ref.expires_at is not None and mark["expires_at"] <= ref.expires_at  # with its source, at the latest
+    kept = await svc.artifact_ref(tenant, ref.artifact_id)  # kept thirty days from the refusal: with its mark
+    assert ref.expires_at is not None and kept.expires_at is not None and ref.expires_at <= kept.expires_at
+    assert mark["expires_at"] == kept.expires_at
     assert "restart the checkout" not in mark["request"]  # the request as admitted, never content
     return ref
 
@@ -75,7 +77,7 @@ async def test_an_unsupported_source_is_kept_and_becomes_a_document_once_an_extr
         assert [h.document_id for h in hits] == [docs[0].document_id]
         again = await svc.reextract(tenant)
         assert (again.ingested, again.versioned, again.unchanged) == (0, 0, 1)  # idempotent
-        assert await svc.artifact_ref(tenant, ref.artifact_id) == ref  # the upload itself is untouched
+        assert (await svc.artifact_ref(tenant, ref.artifact_id)).sha256 == ref.sha256  # the upload is kept as is
 
 
 @pytest.mark.anyio
