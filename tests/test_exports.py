@@ -65,7 +65,10 @@ def test_every_error_class_is_defined_in_knowledge_errors_and_every_public_one_e
     # Control flow inside one module (never raised to a caller) may stay where it is used.
     private = {"knowledge.cli.signals.Interrupted", "knowledge.cli.context.CliError",
                "knowledge.cli.ingest_cmd.IngestCut", "knowledge.ingest.bulk._GroupRefused",
-               "knowledge.parsers.pdf_extract.PdfRefused", "knowledge.parsers.pdf_extract._Repairable"}
+               "knowledge.parsers.pdf_extract.PdfRefused", "knowledge.parsers.pdf_extract._Repairable",
+               # the parser child's own refusals, sent to the pool as results (reason, message)
+               "knowledge.parsers.html_extract.HtmlRefused", "knowledge.parsers.docx_package.DocxRefused",
+               "knowledge.ingest.ingestor._Unsupported"}
     assert sorted(set(defined_elsewhere) - private) == []
     from knowledge import errors
 

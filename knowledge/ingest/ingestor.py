@@ -148,10 +148,10 @@ class Ingestor:
             return await self._read_and_prepare(
                 request.principal.tenant_id, request.source.artifact_id, request.title,
                 sha256=request.source.sha256, opened=opened)
-        except Unsupported as refused:
+        except _Unsupported as refused:
             raise await self._keep_awaiting(request, refused) from None
 
-    async def _keep_awaiting(self, request: IngestRequest, refused: Unsupported) -> IngestRefused:
+    async def _keep_awaiting(self, request: IngestRequest, refused: _Unsupported) -> IngestRefused:
         """Keep a source no extractor reads yet, marked as awaiting one (`knowledge.store.awaiting`):
         ``knowledge docs reextract`` ingests it once one exists, without a re-upload. The refusal
         says until when it is kept. Best effort: a failure to mark keeps the refusal as it was."""
@@ -205,7 +205,7 @@ class Ingestor:
                 try:
                     extractor = self.registry.for_media_type(media_type)
                 except ExtractionRefused as exc:
-                    raise Unsupported(media_type, exc.message) from None
+                    raise _Unsupported(media_type, exc.message) from None
                 return source, extractor, await extractor.extract(content, media_type)
             except ExtractionRefused as exc:
                 raise IngestRefused(exc.reason, exc.message) from None
@@ -365,7 +365,7 @@ class Ingestor:
                      "could not count ingest outcome %s/%s", outcome, reason, exc_info=True)
 
 
-class Unsupported(IngestRefused):
+class _Unsupported(IngestRefused):
     """``unsupported_media_type``: no extractor reads what the source's bytes are (``media_type``)."""
 
     def __init__(self, media_type: str, message: str) -> None:

@@ -85,7 +85,7 @@ async def test_marking_rules(service: KnowledgeService, kit: Kit, sql: Database,
     assert [(m.artifact_id, m.state, m.reason) for m in principal] == [
         (md.artifact_id, AttachmentState.PENDING, None),
         (txt.artifact_id, AttachmentState.PENDING, None),
-        (png.artifact_id, None, "unsupported_media_type"),
+        (png.artifact_id, AttachmentState.AWAITING_EXTRACTOR, "unsupported_media_type"),  # kept for an extractor
         (tool_output.artifact_id, None, "not_an_upload"),
         (missing, None, "artifact_not_found"),
     ]
@@ -101,7 +101,8 @@ async def test_marking_rules(service: KnowledgeService, kit: Kit, sql: Database,
         seen = await status(service, tenant, ref)
         assert seen.state is AttachmentState.INGESTED and seen.attached_by == "owner"
         assert seen.trust is TrustLevel.EXTERNAL_UNTRUSTED  # the file itself stays untrusted
-    for ref in (png, by_surface, by_schedule, by_reader):
+    assert (await status(service, tenant, png)).state is AttachmentState.AWAITING_EXTRACTOR
+    for ref in (by_surface, by_schedule, by_reader):
         assert (await status(service, tenant, ref)).state is None
 
 
