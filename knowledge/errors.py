@@ -97,9 +97,13 @@ class ExtractionRefused(KnowledgeError):
 
 
 class ParserFailure(ExtractionRefused):
-    """The parse did not finish: ``pdf_timeout`` (its deadline passed, or it stalled: no progress
-    within the stall limit) or ``pdf_killed`` (the child died: a limit, a crash, a kill). Transient:
-    a retry may succeed."""
+    """The parse did not finish (``<format>_`` for HTML and DOCX jobs): ``pdf_timeout`` — its
+    deadline passed, the queue included, or the pool stopped it sooner: it stalled, its page rate
+    showed it could not finish in its budget, or it was too slow while others waited
+    (`knowledge.supervisors.parser_pool`) — or ``pdf_killed``: the child died (a limit, a crash, a
+    kill, the host's memory pressure) or could not start. ``transient`` marks the pool's own
+    failures; a timeout is still the file's answer, not retried by the attachment worker, which
+    retries only a killed child (`knowledge.ingest.attachments.TRANSIENT_REFUSALS`)."""
 
     reason = "pdf_killed"
     transient = True

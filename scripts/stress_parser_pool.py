@@ -14,6 +14,21 @@ are made here, by MANIFEST-style kind: ``flate-ops`` is a ~0.1 MB PDF whose one 
 to 100 MiB of ``q Q`` operators (pdfminer interprets it for minutes, within the memory limit).
 
     .venv/bin/python scripts/stress_parser_pool.py --hostile-mix [--loop trio|asyncio]
+
+``--fairness`` is the issue-34 run: four *slow* hostile PDFs — files whose every page costs pdfminer
+about a CPU second, or a long steady file, so that they report pages steadily and never stall
+(`tests/supervisors/hostile_pdfs.py`: ``text-ops`` 100 pages of 40,000 tiny text operations,
+``nested-forms`` 100 pages of 18^3 nested form XObjects, ``text-ops-60`` 60 such pages — one that a
+quiet core could finish within its budget, so only the floor stops it while others wait — and
+``steady`` 2,000 pages of ~0.1 CPU second, 0.9 MB: inspected, split while nobody waits) — submitted
+first, then ``--texts`` (20) small text PDFs (MANIFEST ``expected=text``, ``text``/``nonlatin``, under
+512 KiB, cycled), all at once on one loop, each through the PDF extractor with its 60 s budget as
+the ingestor runs it. It prints, per kind: outcomes, the longest a file waited for slots, the
+longest a file took in all; the most children alive at once; and the verdict against the goal (no
+text PDF times out, none waits more than 60 s, every bomb refused with a reason, never more than
+two children). Exits non-zero when the goal is missed.
+
+    .venv/bin/python scripts/stress_parser_pool.py --fairness [--loop trio|asyncio]
 """
 
 from __future__ import annotations
@@ -27,6 +42,8 @@ import random
 import sys
 import time
 import zlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -34,9 +51,14 @@ import pikepdf
 import psutil
 
 from knowledge.errors import ExtractionRefused
+from knowledge.parsers.pdf import SPLIT_BYTES, PdfExtractor
 from knowledge.supervisors.parser_pool import ParserPool
 
-PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
+ROOT = Path(__file__).resolve().parents[1]
+PDFS = ROOT.parent / "shared" / "corpus" / "pdf"
+sys.path.insert(0, str(ROOT))  # the tests package holds the hostile PDFs' makers
+
+from tests.supervisors import hostile_pdfs  # noqa: E402
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -177,16 +199,129 @@ async def hostile_mix(args: argparse.Namespace) -> int:
     return 0 if good else 1
 
 
+#: The fairness run's slow hostile PDFs (see the module docstring), by kind.
+SLOW_BOMBS: dict[str, Callable[[], bytes]] = {
+    "text-ops": hostile_pdfs.text_ops_pdf,
+    "nested-forms": hostile_pdfs.nested_forms_pdf,
+    "text-ops-60": lambda: hostile_pdfs.text_ops_pdf(pages=60),
+    "steady": hostile_pdfs.steady_pdf,
+}
+#: The goal of issue 34: no text PDF waits longer than this for slots (its whole budget).
+GOAL_WAIT_SECONDS = 60.0
+
+
+@dataclass
+class _Run:
+    """One file of the fairness run: what it is, how it ended, and its pool's records of its jobs."""
+
+    kind: str
+    name: str
+    data: bytes
+    pool: ParserPool
+    outcome: str = "pending"
+    message: str = ""
+    took: float = 0.0
+
+    @property
+    def waited(self) -> float:
+        """Seconds its jobs spent queued for a slot, in all."""
+        return sum(r.waited for r in self.pool.history)
+
+
+async def fairness(args: argparse.Namespace) -> int:
+    """Slow hostile PDFs and text PDFs at once on one loop; see the module docstring."""
+    with (PDFS / "MANIFEST.tsv").open(encoding="utf-8") as fh:
+        rows = [row for row in csv.DictReader(fh, delimiter="\t")
+                if row["expected"] == "text" and row["category"] in ("text", "nonlatin")
+                and (PDFS / row["file"]).stat().st_size < SPLIT_BYTES]
+    runs = [_Run(kind, kind, make(), ParserPool()) for kind, make in SLOW_BOMBS.items()]
+    runs += [_Run("text", rows[i % len(rows)]["file"], (PDFS / rows[i % len(rows)]["file"]).read_bytes(), ParserPool())
+             for i in range(args.texts)]
+    me = psutil.Process()
+    peak = 0
+
+    def alive() -> int:
+        count = 0
+        for child in me.children():
+            with contextlib.suppress(psutil.Error):
+                count += child.status() != psutil.STATUS_ZOMBIE
+        return count
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, alive(), sum(len(r.pool.live) for r in runs))
+            await anyio.sleep(0.01)
+
+    async def one(run: _Run) -> None:
+        async def source() -> AsyncIterator[bytes]:
+            yield run.data
+
+        began = time.perf_counter()
+        try:
+            text = await PdfExtractor(run.pool).extract(source(), "application/pdf")
+            run.outcome = "text" if text.strip() else "empty"
+        except ExtractionRefused as exc:
+            run.outcome, run.message = exc.reason, exc.message
+        run.took = time.perf_counter() - began
+
+    began = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        tg.start_soon(runs[0].pool.keep_spares)  # as the service runs it (spares belong to the loop)
+        async with anyio.create_task_group() as jobs:
+            bombs = [r for r in runs if r.kind != "text"]
+            for run in bombs:
+                jobs.start_soon(one, run)
+            while not all(r.pool.history or r.outcome != "pending" for r in bombs):  # noqa: ASYNC110
+                await anyio.sleep(0.001)  # the bombs asked for their slots first (trio starts tasks in any order)
+            for run in runs[len(bombs):]:
+                jobs.start_soon(one, run)
+        tg.cancel_scope.cancel()
+    elapsed = time.perf_counter() - began
+    await anyio.sleep(0.2)
+    leaked = [c.pid for c in me.children(recursive=True)] + [pid for r in runs for pid in r.pool.live]
+    print(f"fairness run, loop={args.loop}: {len(SLOW_BOMBS)} slow hostile PDFs + {args.texts} text PDFs, all at "
+          f"once, bombs first; {elapsed:.1f} s in all")
+    print("| kind | files | outcomes | max queue wait s | max total s |")
+    print("|---|---|---|---|---|")
+    for kind in [*SLOW_BOMBS, "text"]:
+        mine = [r for r in runs if r.kind == kind]
+        outcomes = collections.Counter(r.outcome for r in mine)
+        print(f"| {kind} | {len(mine)} | {', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))} "
+              f"| {max(r.waited for r in mine):.1f} | {max(r.took for r in mine):.1f} |")
+    print(f"max children alive at once: {peak}; leaked processes: {len(leaked)}")
+    for run in runs:
+        if run.kind != "text":
+            stops = ", ".join(f"{r.op}:{r.stopped or r.outcome}" for r in run.pool.history)
+            print(f"  {run.kind}: {run.outcome} after {run.took:.1f} s [{stops}] {run.message}")
+    texts = [r for r in runs if r.kind == "text"]
+    checks = {
+        "no text PDF timed out (all extracted)": all(r.outcome == "text" for r in texts),
+        f"no text PDF waited more than {GOAL_WAIT_SECONDS:.0f} s": all(r.waited <= GOAL_WAIT_SECONDS for r in texts),
+        "every bomb refused with a reason": all(r.outcome not in ("text", "empty") and r.message
+                                                for r in runs if r.kind != "text"),
+        "never more than two children": peak <= 2,
+        "no process left": not leaked,
+    }
+    for check, ok in checks.items():
+        print(f"  [{'met' if ok else 'MISSED'}] {check}")
+    print(f"verdict: {'goal met' if all(checks.values()) else 'goal missed'}")
+    return 0 if all(checks.values()) else 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--hostile-mix", action="store_true", help="bombs and text PDFs at once (see above)")
+    parser.add_argument("--fairness", action="store_true", help="slow hostile PDFs and text PDFs at once (see above)")
     parser.add_argument("--bombs", type=int, default=4)
     parser.add_argument("--texts", type=int, default=20)
     args = parser.parse_args()
-    sys.exit(anyio.run(hostile_mix if args.hostile_mix else run, args, backend=args.loop))
+    mode = fairness if args.fairness else hostile_mix if args.hostile_mix else run
+    sys.exit(anyio.run(mode, args, backend=args.loop))
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ PDF = "application/pdf"
 #: The namespace of attachment document ids (uuid5); never change it: ids would stop matching.
 ATTACHMENT_NAMESPACE = uuid.UUID("5b0f3c1e-8a4d-5d2e-9c61-7e2f0a120ada")
 #: Refusal reasons of the ingest that are really transient (the parser pool's own failures).
-TRANSIENT_REFUSALS = frozenset({"pdf_timeout", "pdf_killed"})
+TRANSIENT_REFUSALS = frozenset({"pdf_killed", "html_killed", "docx_killed"})
 
 _IDENT = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 _FROZEN = ConfigDict(frozen=True, extra="forbid")

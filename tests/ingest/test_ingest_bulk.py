@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import uuid
 from typing import Any
 
@@ -16,15 +17,19 @@ import asyncpg
 import pytest
 
 from knowledge.core.prepare import IngestRequest
-from knowledge.errors import CommitUnknown, IngestRefused
+from knowledge.errors import CommitUnknown, ExtractionRefused, IngestRefused
 from knowledge.ingest import bulk as ingest_bulk
 from knowledge.ingest.ingestor import Ingestor
 from knowledge.maintenance.audit import audit_storage
 from knowledge.models import ArtifactRef, KnowledgeDocument, TrustLevel, Visibility
 from knowledge.parsers.base import ExtractorRegistry
+from knowledge.parsers.pdf import SPLIT_BYTES
+from knowledge.parsers.registry import default_registry
+from knowledge.parsers.text import MarkdownExtractor
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database
-from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
+from knowledge.supervisors.parser_pool import EXTRACTION_OWNER, ParserPool
+from knowledge.vocabulary import Structure
 from tests.conftest import open_sql
 from tests.helpers.kit import Kit
 from tests.helpers.progress import hang_detector
@@ -252,3 +257,53 @@ async def test_requests_are_prepared_as_many_at_once_as_their_extractors_allow(
     assert all(isinstance(o, KnowledgeDocument) for o in outcomes)
     assert extractor.most == concurrency
     assert extractor.owners == {tenant} and EXTRACTION_OWNER.get() is None  # the pool's turns, then reset
+
+
+async def test_a_pdf_whose_page_range_fails_is_that_files_outcome_and_the_rest_are_ingested(
+        service: KnowledgeService, kit: Kit, tenant: str) -> None:
+    """Five files, one a large PDF whose second page range's child dies (a stand-in child,
+    `tests.supervisors.paced_child`): it is refused ``pdf_killed`` — one typed refusal, not an
+    exception group, the other range's child reaped — and the four others are ingested."""
+    pool = ParserPool(command=(sys.executable, "-m", "tests.supervisors.paced_child"))
+    ingestor = Ingestor(kit.db, kit.artifacts, default_registry(pool))
+
+    def large_pdf(**parts: object) -> bytes:
+        return json.dumps({"pages": 100, **parts}).encode().ljust(SPLIT_BYTES + 1)
+
+    inputs = [(text(n).encode(), "text/markdown") for n in range(5)]
+    inputs[2] = (large_pdf(ranges={"0": "block", "50": "crash"}), "application/pdf")
+    refs = [await put(service, tenant, data, media_type=mt) for data, mt in inputs]
+    outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"file {i}") for i, r in enumerate(refs)])
+    failed = outcomes[2]
+    assert isinstance(failed, IngestRefused) and failed.reason == "pdf_killed", failed
+    assert "died" in failed.message
+    assert [i for i, o in enumerate(outcomes) if isinstance(o, KnowledgeDocument)] == [0, 1, 3, 4]
+    assert (await service.ingest_stats(tenant)).refused == {"pdf_killed": 1}
+    # It was split (nobody else waited for a slot): one range died, the other was cancelled and reaped.
+    assert sorted((r.op, r.outcome) for r in pool.history) == [
+        ("extract", "cancelled"), ("extract", "pdf_killed"), ("inspect", "ok")]
+    assert pool.live == set()
+    await whole_documents(service, tenant)
+
+
+class _Grouped:
+    """An extractor whose refusal comes wrapped in an exception group (as a task group wraps it)."""
+
+    structure: Structure = "plain"
+    version = ""
+    concurrency = 1
+
+    def media_types(self) -> set[str]:
+        return {"application/x-grouped"}
+
+    async def extract(self, source: Any, media_type: str) -> str:
+        raise ExceptionGroup("a task group's", [ExtractionRefused("pdf_timeout", "passed its budget")])
+
+
+async def test_a_refusal_wrapped_in_an_exception_group_is_still_that_files_refusal(
+        service: KnowledgeService, kit: Kit, tenant: str) -> None:
+    ingestor = Ingestor(kit.db, kit.artifacts, ExtractorRegistry([_Grouped(), MarkdownExtractor()]))
+    refs = [await put(service, tenant, b"x", "application/x-grouped"), await put(service, tenant, text(1))]
+    outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"file {i}") for i, r in enumerate(refs)])
+    assert isinstance(outcomes[0], IngestRefused) and outcomes[0].reason == "pdf_timeout"
+    assert isinstance(outcomes[1], KnowledgeDocument)
