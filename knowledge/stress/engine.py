@@ -72,6 +72,10 @@ PROJECTS = ("apollo", "gemini")
 WRITE = frozenset({"knowledge.write"})
 
 
+#: A run that has not done its minimum work (`StressOptions.min_checked` …) stops at this many times its duration.
+PROGRESS_BOUND = 6
+
+
 @dataclass
 class StressOptions:
     duration: float = 60.0
@@ -95,6 +99,13 @@ class StressOptions:
     corpus: Path | None = None
     #: The semantic arm on or off; None: as configured ($KNOWLEDGE_SEMANTIC_ARM).
     semantic: bool | None = None
+    #: Work the run must have done before it stops, past ``duration`` if need be (a busy machine does
+    #: less in the same seconds): search results checked by the access model, ingests accepted,
+    #: attachments marked. Bounded by ``duration`` × `PROGRESS_BOUND`, after which it stops anyway
+    #: and the caller sees how far it got.
+    min_checked: int = 0
+    min_accepted: int = 0
+    min_marked: int = 0
 
 
 @dataclass
@@ -276,7 +287,18 @@ class Driver:
         return outcome, result
 
     def until_deadline(self) -> bool:
-        return self.clock() < self.deadline
+        """Whether the load goes on: until its duration has passed and its minimum work is done
+        (bounded by `PROGRESS_BOUND` times the duration)."""
+        now = self.clock()
+        if now < self.deadline:
+            return True
+        return not self.enough() and now < self.deadline + (PROGRESS_BOUND - 1) * self.options.duration
+
+    def enough(self) -> bool:
+        options, outcomes = self.options, self.tally.outcomes
+        accepted = outcomes.get(("ingest:markdown", "ok"), 0)
+        return (self.model.checked >= options.min_checked and accepted >= options.min_accepted
+                and len(self.marked) >= options.min_marked)
 
     async def chunk_ids(self, tenant: str, document_id: uuid.UUID, version: int) -> set[str]:
         with contextlib.suppress(Exception):
