@@ -53,6 +53,12 @@ The text is Markdown for the chunker (`knowledge.core.chunking` splits it at ATX
 - **Code**: consecutive paragraphs in a preformatted style (`_CODE_STYLES`: "HTML Preformatted",
   "Macro Text", "Plain Text", "Code", …, through ``basedOn``) form one fenced code block, each
   line's indentation and the empty lines between kept.
+- **Inline code**: a maximal sequence of adjacent runs in a monospace font (the run's own
+  ``w:rFonts``, else its character style's, through ``basedOn``: `_monospace`) or in a code
+  character style (`_CODE_CHAR_STYLES`, or a name ending in "code char") becomes a code span, one
+  per line, its surrounding whitespace outside, its backtick run longer than any inside (CommonMark;
+  a space inside each end when the code starts or ends with a backtick). Not in code blocks (already
+  fenced) nor in headings.
 - Line breaks stay line breaks, tabs stay tabs; each line's surrounding whitespace and empty lines
   inside a paragraph are dropped. A body line that would change the Markdown block structure (an
   ATX heading, a setext underline, a code fence, an HTML block that runs past blank lines, a list
@@ -87,7 +93,7 @@ if TYPE_CHECKING:
     from docx.opc.package import OpcPackage
     from docx.opc.part import Part
 
-DOCX_TEXT_RULES = "d1"
+DOCX_TEXT_RULES = "d2"
 
 MAX_INPUT_BYTES = 32 * 1024 * 1024
 #: Header or footer references followed (each section has up to six).
@@ -212,6 +218,18 @@ _HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 #: Paragraph styles (by name, lower case; Word's built-ins and common custom ones) whose lines are code.
 _CODE_STYLES = frozenset({"code", "code block", "source code", "html preformatted", "preformatted text", "macro",
                           "macro text", "plain text"})
+#: Character styles (by name, lower case) whose runs are inline code; so is a name ending in "code char".
+_CODE_CHAR_STYLES = frozenset({"html code", "code char", "inline code", "verbatim char", "code"})
+#: Monospace fonts (lower case); so is a name with the word "Mono" or "Code" (`_monospace`).
+_MONOSPACE_FONTS = frozenset({"consolas", "courier new", "courier", "menlo", "monaco", "lucida console",
+                              "source code pro", "fira code", "dejavu sans mono", "liberation mono", "cascadia code",
+                              "cascadia mono"})
+_MONO_WORD = re.compile(r"(?:^|[^a-z])(?:mono|code)(?:space|spaced)?(?:$|[^a-z])")
+_MONO_CAMEL = re.compile(r"(?:Mono|Code)(?![a-z])")
+#: Around an inline code run's text while a paragraph is walked: characters XML text cannot hold
+#: (`_hex` never makes them), replaced by `_code_spans` or dropped with the other controls.
+_CODE_OPEN, _CODE_CLOSE = "\x01", "\x02"
+_CODE_SEGMENT = re.compile("\x01([^\x01\x02]*)\x02")
 _CONTROLS = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0)])
 _CONTROLS[0x0D] = 0x0A
 
@@ -233,6 +251,24 @@ def _child_val(element: Any, tag: str) -> str | None:
         return None
     child = element.find(_W + tag)
     return None if child is None else child.get(_VAL)
+
+
+def _monospace(font: str | None) -> bool:
+    """Whether a font name is a monospace font's (`_MONOSPACE_FONTS`, or a "Mono"/"Code" word in it)."""
+    if not font:
+        return False
+    lower = font.strip().lower()
+    return (lower in _MONOSPACE_FONTS or lower.startswith("courier") or _MONO_WORD.search(lower) is not None
+            or _MONO_CAMEL.search(font) is not None)
+
+
+def _run_font(rpr: Any) -> str | None:
+    """The font a ``w:rPr`` (a run's or a style's) states for Latin text, if any."""
+    fonts = rpr.find(_W + "rFonts") if rpr is not None else None
+    if fonts is None:
+        return None
+    font: str | None = fonts.get(_W + "ascii") or fonts.get(_W + "hAnsi")
+    return font
 
 
 def _choice(alternate: Any) -> Any:
@@ -260,9 +296,16 @@ class _Styles:
 
     def __init__(self, root: Any) -> None:
         self.styles: dict[str, _Style] = {}
+        #: character styles: styleId -> (basedOn, name, font)
+        self.characters: dict[str, tuple[str | None, str, str | None]] = {}
         self.default: str | None = None
         for style in root.iterfind(_W + "style") if root is not None else ():
             style_id = style.get(_W + "styleId")
+            if style_id is not None and style.get(_W + "type") == "character":
+                self.characters[style_id] = (_child_val(style, "basedOn"),
+                                             (_child_val(style, "name") or style_id).strip(),
+                                             _run_font(style.find(_W + "rPr")))
+                continue
             if style_id is None or style.get(_W + "type", "paragraph") not in ("paragraph", "numbering"):
                 continue
             ppr = style.find(_W + "pPr")
@@ -278,6 +321,7 @@ class _Styles:
         self._levels: dict[str | None, int] = {}
         self._numbering: dict[str | None, tuple[str, int | None] | None] = {}
         self._code: dict[str | None, bool] = {}
+        self._inline_code: dict[str, tuple[bool, str | None]] = {}
 
     def chain(self, style_id: str | None) -> list[tuple[str, _Style | None]]:
         found: list[tuple[str, _Style | None]] = []
@@ -323,6 +367,23 @@ class _Styles:
             names = ((style.name if style is not None else sid).lower() for sid, style in self.chain(style_id))
             self._code[style_id] = any(name in _CODE_STYLES for name in names)
         return self._code[style_id]
+
+    def inline_code(self, style_id: str) -> tuple[bool, str | None]:
+        """(whether a character style is a code one by its name, through a few ``basedOn``; the
+        nearest font it states)."""
+        if style_id not in self._inline_code:
+            named, font = False, None
+            current: str | None = style_id
+            for _ in range(4):
+                if current is None or current not in self.characters:
+                    break
+                based_on, name, own_font = self.characters[current]
+                lower = name.lower()
+                named = named or lower in _CODE_CHAR_STYLES or lower.endswith("code char")
+                font = font or own_font
+                current = based_on
+            self._inline_code[style_id] = (named, font)
+        return self._inline_code[style_id]
 
     def indent(self, style_id: str | None) -> int | None:
         for _, style in self.chain(style_id):
@@ -464,6 +525,7 @@ class _Walker:
         self.count = 0
         self.fields: list[_Field] = []
         self.title: str | None = None
+        self.in_code = False  # inside an inline code run (`_code_run`)
 
     def _tick(self) -> None:
         self.count += 1
@@ -510,7 +572,8 @@ class _Walker:
             for box in boxes:
                 self._blocks(box, False, out)
             return
-        text = _clean("".join(parts))
+        raw = "".join(parts)
+        text = _clean(raw)  # the code markers dropped with the other control characters
         if text:
             level = self.styles.level(style_id)
             outline = _child_val(ppr, "outlineLvl")
@@ -518,6 +581,8 @@ class _Walker:
                 value = _int(outline, 9)
                 level = value + 1 if 0 <= value < 9 else (level if level == -1 else 0)
             numbered = self._list_level(ppr, style_id) if level == 0 else None
+            if level == 0 or not body:
+                text = _clean(_code_spans(raw))
             if level != 0 and body:
                 heading = " ".join(text.split())
                 if level == -1 and self.title is None:
@@ -631,7 +696,16 @@ class _Walker:
         for child in element:
             tag = child.tag
             if tag == _W + "r":
-                self._run(child, out, boxes)
+                if not self.in_code and self._code_run(child):
+                    self.in_code = True
+                    out.append(_CODE_OPEN)
+                    try:
+                        self._run(child, out, boxes)
+                    finally:
+                        self.in_code = False
+                    out.append(_CODE_CLOSE)
+                else:
+                    self._run(child, out, boxes)
             elif tag in _INLINE_CONTAINERS:
                 if tag == _W + "fldSimple" and _field_dropped(child.get(_W + "instr", "")):
                     continue
@@ -682,7 +756,8 @@ class _Walker:
                 key = ("footnote" if tag == _W + "footnoteReference" else "endnote", child.get(_ID, ""))
                 if key in self.notes:
                     number = self.note_numbers.setdefault(key, len(self.note_numbers) + 1)
-                    out.append(f"[^{number}]")
+                    mark = f"[^{number}]"
+                    out.append(_CODE_CLOSE + mark + _CODE_OPEN if self.in_code else mark)
             elif tag in (_W + "drawing", _W + "pict", _W + "object"):
                 boxes.extend(_text_boxes(child))
             elif tag == _MC + "AlternateContent":
@@ -694,6 +769,35 @@ class _Walker:
                 if base is not None:
                     self._inline(base, out, boxes)
             # w:delText, w:delInstrText, w:commentReference, w:footnoteRef, w:softHyphen, w:rPr: not text
+
+
+    def _code_run(self, run: Any) -> bool:
+        """Whether a run is inline code: a code character style, or a monospace font (its own, else its
+        character style's)."""
+        rpr = run.find(_W + "rPr")
+        if rpr is None:
+            return False
+        style_id = _child_val(rpr, "rStyle")
+        named, font = self.styles.inline_code(style_id) if style_id is not None else (False, None)
+        return named or _monospace(_run_font(rpr) or font)
+
+
+def _code_spans(text: str) -> str:
+    """A paragraph's text with its inline code (between `_CODE_OPEN` and `_CODE_CLOSE`, adjacent
+    runs merged) as code spans, one per line."""
+    text = text.replace(_CODE_CLOSE + _CODE_OPEN, "")
+    return _CODE_SEGMENT.sub(lambda m: "\n".join(map(_code_span, m.group(1).translate(_CONTROLS).split("\n"))), text)
+
+
+def _code_span(text: str) -> str:
+    """One line of inline code as a CommonMark code span, its surrounding whitespace kept outside."""
+    code = text.strip()
+    if not code:
+        return text
+    lead, trail = text[:len(text) - len(text.lstrip())], text[len(text.rstrip()):]
+    fence = "`" * (max((len(run) for run in re.findall("`+", code)), default=0) + 1)
+    pad = " " if code.startswith("`") or code.endswith("`") else ""
+    return f"{lead}{fence}{pad}{code}{pad}{fence}{trail}"
 
 
 def _hex(value: str | None) -> int | None:

@@ -22,7 +22,7 @@ from knowledge.vocabulary import Structure
 #: they change the text of a source that extracted before. Kept here, not imported from those
 #: modules: the host process never imports the parsing libraries (only the children do).
 HTML_TEXT_RULES = "h1"
-DOCX_TEXT_RULES = "d1"
+DOCX_TEXT_RULES = "d2"
 
 
 def _version(rules: str, *libraries: str) -> str:

@@ -7,8 +7,10 @@ The Markdown is parsed by markdown-it-pyrs as the chunker parses it (CommonMark,
 
 - top-level headings (ATX and setext) become ``Heading N`` paragraphs; a heading inside a list or a
   block quote becomes a plain paragraph (the chunker never reads it as a heading either);
-- paragraphs keep their inline text (emphasis, links and code spans as their text, an image as its
-  alt text, inline HTML as written); a soft break is a space, a hard break a line break;
+- paragraphs keep their inline text (emphasis and links as their text, an image as its alt text,
+  inline HTML as written); a code span is a run in Consolas, without its backticks (the extractor
+  makes it a code span again); a soft break is a space, a hard break a line break; headings and
+  table cells are plain text (a code span's text without a font);
 - bullet and ordered lists become ``List Bullet``/``List Number`` paragraphs (``… 2``, ``… 3`` for
   nested levels, deeper ones at level 3), other blocks inside an item follow it;
 - fenced and indented code: one ``Code`` paragraph (a monospace style made here) per line;
@@ -35,35 +37,56 @@ _BLOCKS = frozenset({*_LIST_BLOCKS, "paragraph", "heading", "lheading", "fence",
                      "html_block", "hr"})
 
 
-def _inline(node: Any) -> str:
-    """The text of an inline node and its children (see the module docstring)."""
-    parts: list[str] = []
+#: A paragraph's inline content: (text, whether it is inline code) pieces.
+Segments = list[tuple[str, bool]]
+CODE_FONT = "Consolas"
+
+
+def _segments(node: Any, code: bool = False) -> Segments:
+    """The inline content of a node and its children (see the module docstring)."""
+    parts: Segments = []
     for child in node.children:
         name = child.name
         if name in ("text", "html_inline"):
-            parts.append(child.meta.get("content", ""))
+            parts.append((child.meta.get("content", ""), code))
         elif name == "softbreak":
-            parts.append(" ")
+            parts.append((" ", code))
         elif name == "hardbreak":
-            parts.append("\n")
+            parts.append(("\n", code))
         elif name in _BLOCKS:
             continue  # a block inside a list item: rendered by `_Renderer.item`
         else:
-            parts.append(_inline(child))
-    return "".join(parts)
+            parts.extend(_segments(child, code or name == "code_inline"))
+    return parts
+
+
+def _inline(node: Any) -> str:
+    """The plain text of an inline node and its children (code spans without their backticks)."""
+    return "".join(text for text, _ in _segments(node))
 
 
 class _Renderer:
     def __init__(self, doc: Document) -> None:
         self.doc = doc
 
-    def paragraph(self, text: str, style: str | None = None) -> None:
-        lines = text.split("\n")
+    def paragraph(self, text: str | Segments, style: str | None = None) -> None:
+        """A paragraph of plain text, or of inline content (inline code as Consolas runs)."""
+        segments: Segments = [(text, False)] if isinstance(text, str) else text
         paragraph = self.doc.add_paragraph(style=style)
-        for index, line in enumerate(lines):
-            run = paragraph.add_run(line)
-            if index < len(lines) - 1:
-                run.add_break()
+        merged: Segments = []  # adjacent pieces of the same kind as one run
+        for piece, code in segments:
+            if merged and merged[-1][1] == code:
+                merged[-1] = (merged[-1][0] + piece, code)
+            elif piece:
+                merged.append((piece, code))
+        for piece, code in merged:
+            lines = piece.split("\n")
+            for index, line in enumerate(lines):
+                run = paragraph.add_run(line)
+                if code:
+                    run.font.name = CODE_FONT
+                if index < len(lines) - 1:
+                    run.add_break()
 
     def block(self, node: Any, top: bool, depth: int = 0) -> None:
         name = node.name
@@ -74,9 +97,9 @@ class _Renderer:
             elif text:
                 self.paragraph(text)
         elif name == "paragraph":
-            text = _inline(node)
-            if text.strip():
-                self.paragraph(text)
+            segments = _segments(node)
+            if "".join(text for text, _ in segments).strip():
+                self.paragraph(segments)
         elif name in _LIST_BLOCKS:
             for item in node.children:
                 self.item(item, name == "ordered_list", depth)
@@ -96,12 +119,14 @@ class _Renderer:
     def item(self, item: Any, ordered: bool, depth: int) -> None:
         level = min(depth + 1, 3)
         style = ("List Number" if ordered else "List Bullet") + (f" {level}" if level > 1 else "")
-        text = _inline(item)  # a tight item's text (a loose item's is in its first paragraph)
+        segments = _segments(item)  # a tight item's text (a loose item's is in its first paragraph)
         blocks = [child for child in item.children if child.name in _BLOCKS]
-        first = blocks[0] if not text.strip() and blocks and blocks[0].name == "paragraph" else None
+        blank = not "".join(text for text, _ in segments).strip()
+        first = blocks[0] if blank and blocks and blocks[0].name == "paragraph" else None
         if first is not None:
-            text = _inline(first)
-        self.paragraph(text if text.strip() else " ", style)
+            segments = _segments(first)
+            blank = not "".join(text for text, _ in segments).strip()
+        self.paragraph(segments if not blank else " ", style)
         for child in blocks:
             if child is first:
                 continue

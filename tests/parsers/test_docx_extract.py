@@ -438,6 +438,73 @@ def test_code_styled_paragraphs_become_one_fenced_block() -> None:
     assert headings(text) == [(2, "Next")]
 
 
+def _runs_document(*runs: tuple[str, str | None, str | None]) -> bytes:
+    """One paragraph of runs, each (text, font, character style name); the styles are made here."""
+    doc = docx.Document()
+    paragraph = doc.add_paragraph()
+    for text, font, style in runs:
+        if style is not None and style not in [s.name for s in doc.styles]:
+            doc.styles.add_style(style, WD_STYLE_TYPE.CHARACTER)
+        run = paragraph.add_run(text, style=style)
+        if font is not None:
+            run.font.name = font
+    return save(doc)
+
+
+def test_a_monospace_run_becomes_a_code_span() -> None:
+    data = _runs_document(("Run ", None, None), ("kubectl get pods", "Consolas", None), (" now", None, None))
+    assert extract_docx(data).text == "Run `kubectl get pods` now\n"
+    # adjacent code runs make one span, the whitespace around it stays outside
+    data = _runs_document(("Run", None, None), (" kubectl", "Courier New", None),
+                          (" get pods ", "JetBrains Mono", None), ("now", None, None))
+    assert extract_docx(data).text == "Run `kubectl get pods` now\n"
+
+
+def test_a_run_in_a_code_character_style_becomes_a_code_span() -> None:
+    data = _runs_document(("Run ", None, None), ("kubectl get pods", None, "HTML Code"), (" now", None, None))
+    assert extract_docx(data).text == "Run `kubectl get pods` now\n"
+    doc = docx.Document()  # a style known only by its font, through basedOn
+    mono = doc.styles.add_style("Mono Base", WD_STYLE_TYPE.CHARACTER)
+    mono.font.name = "Menlo"
+    derived = doc.styles.add_style("Shell Words", WD_STYLE_TYPE.CHARACTER)
+    derived.base_style = mono
+    paragraph = doc.add_paragraph("Type ")
+    paragraph.add_run("ls -l", style="Shell Words")
+    assert extract_docx(save(doc)).text == "Type `ls -l`\n"
+
+
+def test_backticks_inside_inline_code_get_a_longer_fence() -> None:
+    data = _runs_document(("Quote ", None, None), ("a `b` c", "Consolas", None), (" here", None, None))
+    assert extract_docx(data).text == "Quote ``a `b` c`` here\n"
+    data = _runs_document(("Fence ", None, None), ("``` x", "Consolas", None))
+    assert extract_docx(data).text == "Fence ```` ``` x ````\n"
+    assert _inline(MD.tree(extract_docx(data).text).children[0]) == "Fence ``` x"
+
+
+def test_runs_in_ordinary_fonts_and_code_paragraphs_are_untouched() -> None:
+    data = _runs_document(("Run ", None, None), ("kubectl", "Calibri", None), (" now", "Monotype Corsiva", None),
+                          (" and", None, "Emphasis"))
+    assert extract_docx(data).text == "Run kubectl now and\n"
+    doc = docx.Document()
+    code = doc.styles.add_style("Code", WD_STYLE_TYPE.PARAGRAPH)
+    code.base_style = doc.styles["Normal"]
+    doc.add_paragraph(style="Code").add_run("echo `x`").font.name = "Consolas"
+    doc.add_heading("", level=1).add_run("The kubectl tool").font.name = "Consolas"
+    text = extract_docx(save(doc)).text
+    assert "```\necho `x`\n```" in text
+    assert headings(text) == [(1, "The kubectl tool")]
+    assert "# The kubectl tool" in text
+
+
+def test_inline_code_round_trips_through_a_rendered_docx() -> None:
+    markdown = "# Pods\n\nRun `kubectl get pods` now, or ``a `b` c``.\n\n- item with `ls -l`\n"
+    text = extract_docx(render_docs_docx(markdown, "pods")).text
+    assert "Run `kubectl get pods` now, or ``a `b` c``." in text
+    assert "- item with `ls -l`" in text
+    spans = [n.children[0].meta["content"] for n in MD.tree(text).walk() if n.name == "code_inline"]
+    assert spans == ["kubectl get pods", "a `b` c", "ls -l"]
+
+
 # --- refusals -----------------------------------------------------------------------------------------------
 
 

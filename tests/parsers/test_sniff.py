@@ -169,3 +169,4 @@ def test_damaged_word_packages_are_sniffed_without_raising(at: int, junk: bytes)
     at %= len(data)
     data[at:at + len(junk)] = junk
     assert "/" in sniff_media_type(bytes(data), DOCX)
+
