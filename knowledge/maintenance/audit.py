@@ -78,6 +78,7 @@ class AccessModel:
     documents: dict[uuid.UUID, DocumentFacts] = field(default_factory=dict)
     searches: list[SearchRecord] = field(default_factory=list)
     checked: int = 0  # search results checked so far
+    recorded: int = 0  # search results recorded so far (each is checked by the next `leaks`)
 
     def document(self, document_id: uuid.UUID, facts: DocumentFacts) -> DocumentFacts:
         return self.documents.setdefault(document_id, facts)
@@ -85,6 +86,7 @@ class AccessModel:
     def record_search(self, query: KnowledgeQuery, started: float, ended: float,
                       passages: list[RetrievedPassage]) -> None:
         self.searches.append(SearchRecord(query, started, ended, [(p.chunk_id, p.document_id) for p in passages]))
+        self.recorded += len(passages)
 
     def leaks(self) -> list[Leak]:
         """Check every recorded search result; the records checked are dropped (so a periodic audit

@@ -100,7 +100,7 @@ class StressOptions:
     #: The semantic arm on or off; None: as configured ($KNOWLEDGE_SEMANTIC_ARM).
     semantic: bool | None = None
     #: Work the run must have done before it stops, past ``duration`` if need be (a busy machine does
-    #: less in the same seconds): search results checked by the access model, ingests accepted,
+    #: less in the same seconds): search results recorded (each checked by the access model's audit), ingests accepted,
     #: attachments marked. Bounded by ``duration`` × `PROGRESS_BOUND`, after which it stops anyway
     #: and the caller sees how far it got.
     min_checked: int = 0
@@ -297,7 +297,7 @@ class Driver:
     def enough(self) -> bool:
         options, outcomes = self.options, self.tally.outcomes
         accepted = outcomes.get(("ingest:markdown", "ok"), 0)
-        return (self.model.checked >= options.min_checked and accepted >= options.min_accepted
+        return (self.model.recorded >= options.min_checked and accepted >= options.min_accepted
                 and len(self.marked) >= options.min_marked)
 
     async def chunk_ids(self, tenant: str, document_id: uuid.UUID, version: int) -> set[str]:
