@@ -3,8 +3,8 @@
     knowledge [--dsn DSN | --data-dir DIR] [--tenant T] [--principal P] [--loop trio|asyncio] [--json] COMMAND
 
 Commands: ``ingest``, ``search``, ``docs list|show|versions|delete|rechunk|reembed|reextract``, ``chunk show``,
-``stats``, ``worker``, ``db start|stop|status|psql``. Human output by default (tables, a progress bar); ``--json``
-prints one JSON document on stdout instead. Errors are one line on stderr; exit codes are in
+``stats``, ``worker``, ``mcp``, ``db start|stop|status|psql``. Human output by default (tables, a progress
+bar); ``--json`` prints one JSON document on stdout instead. Errors are one line on stderr; exit codes are in
 `knowledge.cli.context` (0 done, 1 refused, 2 bad arguments or configuration, 3 database unavailable, 130
 interrupted). ``-h`` is ``--help`` everywhere.
 
@@ -36,6 +36,7 @@ from knowledge.cli.db_cmd import db_app
 from knowledge.cli.docs_cmd import chunk_app, docs_app
 from knowledge.cli.help import plain_help
 from knowledge.cli.ingest_cmd import ingest
+from knowledge.cli.mcp_cmd import mcp
 from knowledge.cli.output import Output, safe
 from knowledge.cli.search_cmd import search
 from knowledge.cli.signals import Interrupted
@@ -168,6 +169,7 @@ app.command(help="The tracked metrics: corpus size, ingestion outcomes, instruct
                  "pressure, citation counts.")(stats)
 app.command(help="Every tenant of the store, with its live documents.")(tenants)
 app.command(help="Run the maintenance worker until SIGINT/SIGTERM.")(worker)
+app.command(help="Serve the knowledge tools to MCP clients (stdio, or --http on 127.0.0.1).")(mcp)
 app.add_typer(db_app, name="db")
 
 #: click's base exception, whichever click typer brings (its own copy, or the click package).
