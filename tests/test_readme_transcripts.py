@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.cli.test_cli_habits import run_in_pty
@@ -99,3 +100,38 @@ def test_the_readme_main_job_transcript_is_what_the_job_prints(database_dsn: str
                 if not line.startswith("embedded PostgreSQL") and "semantic" not in line]
     assert len(expected) > 15
     assert not missing(expected, job.stdout), (missing(expected, job.stdout), job.stdout[-3000:])
+
+
+@pytest.mark.slow
+def test_the_readme_mcp_session_is_what_the_script_prints(database_dsn: str) -> None:
+    require_corpus()
+    lines = block("as a host runs it (`scripts/mcp_session.py`", "```console\n")
+    command = shlex.split(lines[0].removeprefix("$ "))
+    assert command[:2] == ["KNOWLEDGE_SEMANTIC_ARM=off", ".venv/bin/python"], command
+    env = {**os.environ, "KNOWLEDGE_DSN": database_dsn, "KNOWLEDGE_SEMANTIC_ARM": "off"}
+    run = subprocess.run([sys.executable, *command[2:]], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, check=True)
+    assert len(lines) > 15
+    assert not missing(lines[1:], run.stdout), (missing(lines[1:], run.stdout), run.stdout[-3000:])
+
+
+async def test_the_readme_mcp_configuration_starts_a_server_that_offers_both_tools(
+        database_dsn: str, tmp_path: Path, anyio_backend_name: str) -> None:
+    """The ``mcpServers`` block, pasted into a client as it is (the clone's path filled in), spawns a
+    server the client can initialize and list tools from."""
+    import json
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    text = await anyio.to_thread.run_sync(block, "Paste this into the client's MCP configuration", "```json\n")
+    config = json.loads("\n".join(text))
+    server = config["mcpServers"]["knowledge"]
+    assert server["command"] == "/path/to/knowledge/.venv/bin/knowledge"
+    command = str(Path(sys.executable).parent / "knowledge")  # the clone's .venv/bin/knowledge
+    env = {"KNOWLEDGE_DSN": database_dsn, "KNOWLEDGE_SEMANTIC_ARM": "off", **server.get("env", {})}
+    with (tmp_path / "server.log").open("w") as errlog:  # (a file the child writes; opened before the loop reads)
+        async with stdio_client(StdioServerParameters(command=command, args=server["args"], env=env),
+                                errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            assert [t.name for t in (await session.list_tools()).tools] == ["knowledge.search", "knowledge.ingest"]
