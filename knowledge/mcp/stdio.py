@@ -67,7 +67,7 @@ def _waits(fd: int) -> bool:
 async def _read_lines(wire: int, sink: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
     """Messages from ``wire`` until end of file, one per line, into ``sink`` (closed at the end)."""
     pending = bytearray()
-    dropping = False
+    dropping = False  # inside a line past the bound: everything up to its end is dropped
     waits = _waits(wire)
     async with sink:
         while True:
@@ -83,15 +83,24 @@ async def _read_lines(wire: int, sink: MemoryObjectSendStream[SessionMessage | E
                 return
             pending += data
             while (end := pending.find(b"\n")) >= 0:
-                line, pending[:end + 1] = bytes(pending[:end]), b""
+                line = bytes(pending[:end])
+                del pending[:end + 1]
                 if dropping:
                     dropping = False
+                elif len(line) > MAX_LINE_BYTES:
+                    await sink.send(_too_long())
                 elif line.strip():
                     await sink.send(_message(line))
-            if len(pending) > MAX_LINE_BYTES:
-                if not dropping:
-                    await sink.send(LineTooLong(f"a message line over {MAX_LINE_BYTES} bytes was dropped"))
-                dropping, pending = True, bytearray()
+            if dropping:
+                pending.clear()
+            elif len(pending) > MAX_LINE_BYTES:
+                await sink.send(_too_long())
+                dropping = True
+                pending.clear()
+
+
+def _too_long() -> LineTooLong:
+    return LineTooLong(f"a message line over {MAX_LINE_BYTES} bytes was dropped")
 
 
 def _message(line: bytes) -> SessionMessage | Exception:
