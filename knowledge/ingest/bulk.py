@@ -18,9 +18,9 @@ While the server writes, the preparer prepares the next group: the two cores wor
 both write once preparing is done.
 
 Whole documents only. A refusal or a failure of steps 1-5 is that request's outcome and writes
-nothing but its outcome counter, as in the single path; the rest are ingested. A failure that comes
-as an exception group of one error (beside the cancellations it caused) is that error, and an
-extractor's refusal in it the ingest's refusal (`_one_failure`): a file's outcome names its reason.
+nothing but its outcome counter, as in the single path; the rest are ingested. Each file's outcome
+names its reason: the preparation (`Ingestor.prepare_request`) raises an extractor's failure as the
+ingest's refusal, on both paths.
 
 If a group's statement fails for any reason — a document id that exists, a source that vanished,
 a database fault — the transaction rolls back and every document of the group is committed on its
@@ -49,7 +49,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from knowledge.core.prepare import IngestRequest, PreparedDocument, dated
-from knowledge.errors import CommitUnknown, ExtractionRefused, IngestRefused, KnowledgeError
+from knowledge.errors import CommitUnknown, KnowledgeError
 from knowledge.ingest.ingestor import Ingestor, document_of, document_write
 from knowledge.models import ArtifactRef, KnowledgeDocument
 from knowledge.store.artifacts import Opened
@@ -164,43 +164,12 @@ async def _prepare_some(ingestor: Ingestor, cursor: _Cursor, items: ObjectSendSt
             index, request, opened = taken
             try:
                 with anyio.fail_after(seconds):
-                    source, prepared = await ingestor.counted(request.principal.tenant_id, _prepare_one, ingestor,
+                    source, prepared = await ingestor.counted(request.principal.tenant_id, ingestor.prepare_request,
                                                               request, opened)
             except Exception as exc:  # IngestRefused and failures: typed, counted, this request's outcome
                 done(index, exc)
                 continue
             await items.send(_Prepared(index, dated(request, prepared), source, prepared))
-
-
-async def _prepare_one(ingestor: Ingestor, request: IngestRequest, opened: Opened | None
-                       ) -> tuple[ArtifactRef, PreparedDocument]:
-    """Steps 1-5 of one request (`Ingestor.prepare_request`), its failure as one error (`_one_failure`)."""
-    try:
-        return await ingestor.prepare_request(request, opened)
-    except BaseExceptionGroup as group:
-        one = _one_failure(group)
-        if one is group:
-            raise
-        raise one from group
-
-
-def _one_failure(group: BaseExceptionGroup) -> BaseException:
-    """The one error a group holds beside the cancellations it caused — an extractor's refusal as
-    the ingest's, as the single path reports it — or the group itself if it holds more or none."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        elif not isinstance(exc, anyio.get_cancelled_exc_class()):
-            leaves.append(exc)
-    if len(leaves) != 1 or not isinstance(leaves[0], Exception):
-        return group
-    one = leaves[0]
-    if isinstance(one, ExtractionRefused):
-        return IngestRefused(one.reason, one.message)
-    return one
 
 
 def preparers_for(ingestor: Ingestor, requests: Sequence[IngestRequest]) -> int:

@@ -63,6 +63,7 @@ from knowledge.store.ingest_writes import (
 )
 from knowledge.store.locks import lock_document
 from knowledge.store.retry import retry_transient, unavailable
+from knowledge.structured import unwrapped
 from knowledge.supervisors.parser_pool import EXTRACTION_OWNER
 from knowledge.vocabulary import WRITE_SCOPE
 
@@ -206,7 +207,8 @@ class Ingestor:
                     extractor = self.registry.for_media_type(media_type)
                 except ExtractionRefused as exc:
                     raise _Unsupported(media_type, exc.message) from None
-                return source, extractor, await extractor.extract(content, media_type)
+                with unwrapped():  # an extractor's one failure beside the cancellations it caused: itself
+                    return source, extractor, await extractor.extract(content, media_type)
             except ExtractionRefused as exc:
                 raise IngestRefused(exc.reason, exc.message) from None
             finally:

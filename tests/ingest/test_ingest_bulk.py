@@ -302,8 +302,12 @@ class _Grouped:
 
 async def test_a_refusal_wrapped_in_an_exception_group_is_still_that_files_refusal(
         service: KnowledgeService, kit: Kit, tenant: str) -> None:
+    """On both paths: the preparation (`Ingestor.prepare_request`) turns it into the ingest's refusal."""
     ingestor = Ingestor(kit.db, kit.artifacts, ExtractorRegistry([_Grouped(), MarkdownExtractor()]))
     refs = [await put(service, tenant, b"x", "application/x-grouped"), await put(service, tenant, text(1))]
     outcomes = await ingest_bulk.ingest_many(ingestor, [request(r, tenant, f"file {i}") for i, r in enumerate(refs)])
     assert isinstance(outcomes[0], IngestRefused) and outcomes[0].reason == "pdf_timeout"
     assert isinstance(outcomes[1], KnowledgeDocument)
+    with pytest.raises(IngestRefused) as single:  # the single path: the same refusal, never a group
+        await ingestor.ingest(request(refs[0], tenant, "file 0"))
+    assert single.value.reason == "pdf_timeout"
