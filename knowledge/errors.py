@@ -96,17 +96,27 @@ class ExtractionRefused(KnowledgeError):
     reason = "extraction_refused"
 
 
+#: The parser failures a retry may cure: the child died or could not start (a limit, a crash, a kill,
+#: the host's memory pressure). Never a timeout: the pool judges a file by its own progress, so a
+#: timeout is the file's answer (`knowledge.supervisors.parser_pool`). The one list: `ParserFailure.transient`,
+#: the attachment worker's retries (`knowledge.ingest.attachments.TRANSIENT_REFUSALS`) and the upload
+#: inspection's marker all read it.
+TRANSIENT_PARSER_REASONS = frozenset({"pdf_killed", "html_killed", "docx_killed"})
+
+
 class ParserFailure(ExtractionRefused):
     """The parse did not finish (``<format>_`` for HTML and DOCX jobs): ``pdf_timeout`` — its
     deadline passed, the queue included, or the pool stopped it sooner: it stalled, its page rate
     showed it could not finish in its budget, or it was too slow while others waited
     (`knowledge.supervisors.parser_pool`) — or ``pdf_killed``: the child died (a limit, a crash, a
-    kill, the host's memory pressure) or could not start. ``transient`` marks the pool's own
-    failures; a timeout is still the file's answer, not retried by the attachment worker, which
-    retries only a killed child (`knowledge.ingest.attachments.TRANSIENT_REFUSALS`)."""
+    kill, the host's memory pressure) or could not start. ``transient``: a killed child (see
+    `TRANSIENT_PARSER_REASONS`)."""
 
     reason = "pdf_killed"
-    transient = True
+
+    @property
+    def transient(self) -> bool:
+        return self.reason in TRANSIENT_PARSER_REASONS
 
 
 class EmbedderUnavailable(KnowledgeError):

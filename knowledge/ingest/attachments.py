@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from knowledge.errors import KnowledgeError
+from knowledge.errors import TRANSIENT_PARSER_REASONS, KnowledgeError
 from knowledge.models import ArtifactOrigin, ArtifactRef, AttachmentState, Principal, TrustLevel
 from knowledge.parsers.base import base_media_type
 from knowledge.parsers.sniff import routed, sniff_media_type
@@ -77,7 +77,7 @@ PDF = "application/pdf"
 #: The namespace of attachment document ids (uuid5); never change it: ids would stop matching.
 ATTACHMENT_NAMESPACE = uuid.UUID("5b0f3c1e-8a4d-5d2e-9c61-7e2f0a120ada")
 #: Refusal reasons of the ingest that are really transient (the parser pool's own failures).
-TRANSIENT_REFUSALS = frozenset({"pdf_killed", "html_killed", "docx_killed"})
+TRANSIENT_REFUSALS = TRANSIENT_PARSER_REASONS
 
 _IDENT = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 _FROZEN = ConfigDict(frozen=True, extra="forbid")

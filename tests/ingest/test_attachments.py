@@ -284,7 +284,8 @@ async def test_a_parser_killed_by_the_pool_is_transient(kit: Kit, tenant: str) -
 
 def test_transient_classification() -> None:
     assert transient_reason(DatabaseUnavailable()) == "database_unavailable"
-    assert transient_reason(ParserFailure("pdf_timeout")) == "pdf_timeout"
+    assert transient_reason(ParserFailure("pdf_timeout")) is None  # the file's answer (its own progress judged it)
+    assert transient_reason(ParserFailure("html_killed")) == "html_killed"
     assert transient_reason(IngestRefused("pdf_killed")) == "pdf_killed"
     assert transient_reason(TimeoutError()) == "timeout"
     assert transient_reason(ConnectionResetError()) == "database_unavailable"

@@ -158,7 +158,7 @@ async def test_a_stalled_child_is_killed_within_the_stall_limit_and_its_group_re
     pool = fake_pool(stall_seconds=1.0)
     with pytest.raises(ParserFailure) as failed:
         await pool.extract(b"stall 600", deadline=600.0)
-    assert failed.value.reason == "pdf_timeout" and failed.value.transient
+    assert failed.value.reason == "pdf_timeout" and not failed.value.transient
     assert "stalled" in failed.value.message
     record = pool.history[0]
     assert record.stalled and record.outcome == "pdf_timeout" and record.pages == 1 and record.progress == 1
@@ -226,7 +226,7 @@ async def test_timeout_kills_the_child_and_its_group(anyio_backend_name: str) ->
     pool = fake_pool()
     with pytest.raises(ParserFailure) as failed:
         await pool.extract(b"grandchild 30", deadline=1.0)
-    assert failed.value.reason == "pdf_timeout" and failed.value.transient
+    assert failed.value.reason == "pdf_timeout" and not failed.value.transient
     record = pool.history[0]
     assert gone(record.pid)
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and
