@@ -37,7 +37,11 @@ import resource
 import signal
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from knowledge.parsers.docx_extract import DocxText
+    from knowledge.parsers.html_extract import HtmlText
 
 MAX_IO_BYTES = 32 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
@@ -150,14 +154,18 @@ def _run_pdf(header: dict[str, Any], data: bytes) -> dict[str, object]:
 
 def _run_markup(fmt: str, data: bytes) -> dict[str, object]:
     """An HTML page or a Word document: Markdown text, its title and the date it states."""
-    if fmt == "html":
-        from knowledge.parsers.html_extract import HtmlRefused as Refused
-        from knowledge.parsers.html_extract import extract_html as extract
-    else:
-        from knowledge.parsers.docx_extract import DocxRefused as Refused  # type: ignore[assignment]
-        from knowledge.parsers.docx_extract import extract_docx as extract  # type: ignore[assignment]
+    from knowledge.parsers.refusal import Refused
+
+    found: HtmlText | DocxText
     try:
-        found = extract(data, progress)
+        if fmt == "html":
+            from knowledge.parsers.html_extract import extract_html
+
+            found = extract_html(data, progress)
+        else:
+            from knowledge.parsers.docx_extract import extract_docx
+
+            found = extract_docx(data, progress)
     except Refused as refused:
         return _refusal(refused.reason, refused.message)
     stated = found.stated_date

@@ -44,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from xml.parsers import expat
 
+from knowledge.parsers.refusal import Refused
+
 #: Entries in the ZIP. Word writes a few dozen; a document with thousands of images stays far below.
 MAX_ENTRIES = 10_000
 #: The central directory python's zipfile reads in full before it lists a single entry.
@@ -73,16 +75,10 @@ REASONS = frozenset(
 Progress = Callable[[str], None] | None
 
 
-class DocxRefused(Exception):
-    """The DOCX cannot become text: ``reason`` is one of `REASONS`; ``message`` says why, without the
-    document's content."""
+class DocxRefused(Refused):
+    """The DOCX cannot become text: ``reason`` is one of `REASONS`."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        if reason not in REASONS:
-            raise ValueError(f"unknown refusal reason {reason!r}")
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
+    REASONS = REASONS
 
 
 _CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"

@@ -66,6 +66,8 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from knowledge.parsers.refusal import Refused
+
 HTML_TEXT_RULES = "h1"  # bump when the rules change the text of a page
 
 MAX_INPUT_BYTES = 32 * 1024 * 1024
@@ -119,18 +121,15 @@ TRAFILATURA_OPTIONS: dict[str, Any] = {
     "with_metadata": False,
 }
 
-REASONS = ("html_too_large", "html_unreadable", "html_too_complex", "no_text")
+REASONS = frozenset({"html_too_large", "html_unreadable", "html_too_complex", "no_text"})
 
 Progress = Callable[[str], None] | None
 
 
-class HtmlRefused(Exception):
-    """A page that gives no text: ``reason`` is one of `REASONS`, ``message`` says why."""
+class HtmlRefused(Refused):
+    """A page that gives no text: ``reason`` is one of `REASONS`."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
+    REASONS = REASONS
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ from typing import Any, TypeVar
 
 import pikepdf
 
+from knowledge.parsers.refusal import Refused
+
 MAX_INPUT_BYTES = 32 * 1024 * 1024
 #: No legitimate upload needs more; at ~20 pages/s it would not finish within the 60 s deadline anyway.
 MAX_PAGES = 2000
@@ -99,16 +101,11 @@ Progress = Callable[[str], None] | None
 REASONS = frozenset({"pdf_encrypted", "pdf_unreadable", "pdf_too_large", "no_text"})
 
 
-class PdfRefused(Exception):
+class PdfRefused(Refused):
     """The PDF cannot become text: ``reason`` is ``pdf_encrypted``, ``pdf_unreadable``,
-    ``pdf_too_large`` or ``no_text``; ``message`` says why, without the document's content."""
+    ``pdf_too_large`` or ``no_text``."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        if reason not in REASONS:
-            raise ValueError(f"unknown refusal reason {reason!r}")
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
+    REASONS = REASONS
 
 
 class _Repairable(PdfRefused):
