@@ -7,10 +7,20 @@
     .venv/bin/python scripts/stress_service.py --kill-host 5 [--signal KILL|INT|TERM]  # the host, mid-ingest
     .venv/bin/python scripts/stress_service.py --interrupt-cli 50 [--loop trio|asyncio] [--signal INT|TERM]
     .venv/bin/python scripts/stress_service.py --interrupt-host 100 [--loop trio|asyncio]  # a host, Ctrl-C
+    .venv/bin/python scripts/stress_service.py --hosts 4 --faults [--duration 60]  # 4 host processes, one database
 
 Prints operations/s and p50/p99 latency per operation, outcomes by reason, RSS (start, peak, end),
 and the audit: leaks, partial documents, orphans, statistics, attachments, leftover processes,
 connections and tasks. Exits 1 if any invariant broke. Needs ../shared/corpus.
+
+``--hosts N``: N host processes on one PostgreSQL (a throwaway embedded server unless ``--dsn``), each
+this script's own run with the same options — ingest, search, versions, deletes, attachments and
+their workers — under trio and asyncio in turn, host ``i`` with seed ``--seed + i`` (its own
+tenants). Every process's attachment workers serve every tenant, so each host's attachments are
+claimed by all four hosts' workers (leases, retries, takeovers across processes); each host's audit
+checks its tenants — leaks, partial documents, orphans, statistics, attachments settled once (no
+attachment document twice, whichever process ingested it) — and its own processes, connections and
+tasks. Prints each host's report, then one line per host; exits 1 if any host's audit found anything.
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ def main() -> int:
     parser.add_argument("--interrupt-host", type=int, default=0, metavar="ROUNDS",
                         help="SIGINT a host embedding the service (knowledge.stress.host) at random moments, under "
                              "its loop's default handling (knowledge.stress.host_signals)")
+    parser.add_argument("--hosts", type=int, default=1, metavar="N",
+                        help="N host processes on one PostgreSQL, each a run of this script (see above)")
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="the shared corpus (default ../shared/corpus)")
     parser.add_argument("--folder", type=Path, default=None,
                         help="--interrupt-cli: the folder (default CORPUS/docs-etcd)")
@@ -69,6 +81,8 @@ def main() -> int:
         return interrupt(args)
     if args.interrupt_host:
         return interrupt_host(args)
+    if args.hosts > 1:
+        return hosts(args)
     options = StressOptions(duration=args.duration, faults=args.faults, seed=args.seed, dsn=args.dsn,
                             data_dir=args.data_dir, tenants=args.tenants, ingesters=args.ingesters,
                             searchers=args.searchers, workers=args.workers, pdf_share=args.pdf_share,
@@ -78,6 +92,43 @@ def main() -> int:
           f"seed={args.seed}")
     print("\n".join(report.lines()))
     return 0 if report.ok else 1
+
+
+def hosts(args: argparse.Namespace) -> int:
+    """``--hosts N``: N runs of this script as processes on one database (see the module docstring)."""
+    with throwaway_data_dir("knowledge-hosts-", dsn=args.dsn) as data_dir:
+        dsn = args.dsn or start_embedded(data_dir).dsn("knowledge")
+        finished = anyio.run(functools.partial(_run_hosts, args, dsn))
+    print(f"hosts: {args.hosts} processes on one PostgreSQL, {args.duration:.0f} s each, "
+          f"faults={'on' if args.faults else 'off'}")
+    for i, loop, code, output in finished:
+        print(f"\n## host {i} (seed {args.seed + i}, {loop}): exit {code}")
+        print(output.rstrip())
+    print("\n| host | loop | seed | exit | audit |\n|---|---|---|---|---|")
+    for i, loop, code, output in finished:
+        audit = "; ".join(line.removeprefix("audit: ") for line in output.splitlines() if line.startswith("audit:"))
+        print(f"| {i} | {loop} | {args.seed + i} | {code} | {audit} |")
+    return 0 if all(code == 0 for _, _, code, _ in finished) else 1
+
+
+async def _run_hosts(args: argparse.Namespace, dsn: str) -> list[tuple[int, str, int, str]]:
+    finished: list[tuple[int, str, int, str]] = []
+
+    async def host(i: int) -> None:
+        loop = ("trio", "asyncio")[i % 2]
+        command = [sys.executable, __file__, "--dsn", dsn, "--seed", str(args.seed + i), "--loop", loop,
+                   "--duration", str(args.duration), "--tenants", str(args.tenants), "--ingesters", str(args.ingesters),
+                   "--searchers", str(args.searchers), "--workers", str(args.workers), "--pdf-share",
+                   str(args.pdf_share), "--send-every", *map(str, args.send_every), "--corpus", str(args.corpus),
+                   *(["--faults"] if args.faults else []),
+                   *(["--audit-every", str(args.audit_every)] if args.audit_every else [])]
+        done = await anyio.run_process(command, check=False, stderr=None)
+        finished.append((i, loop, done.returncode, done.stdout.decode(errors="replace")))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(args.hosts):
+            tg.start_soon(host, i)
+    return sorted(finished)
 
 
 def interrupt(args: argparse.Namespace) -> int:

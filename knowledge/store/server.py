@@ -64,3 +64,16 @@ async def terminate_half_of(conn: Connection, *, application_name: str) -> None:
     """Terminate about half the sessions of ``application_name`` but ``conn``'s (`TERMINATE_HALF_OF`):
     a fault the stress engine injects."""
     await conn.execute(TERMINATE_HALF_OF, application_name)
+
+
+# The bytes each table of the schema holds, its indexes and TOAST included (the capacity note).
+TABLE_BYTES = """
+SELECT c.relname AS name, pg_total_relation_size(c.oid) AS bytes
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+"""
+
+
+async def table_bytes(db: Database) -> dict[str, int]:
+    """Each table's total size in bytes (`TABLE_BYTES`): heap, indexes and TOAST."""
+    return {r["name"]: int(r["bytes"]) for r in await db.fetch(TABLE_BYTES)}
