@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import anyio.lowlevel
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from mcp.shared.message import SessionMessage
 
 #: The longest message line read (a search's arguments are at most 10,000 characters; an ingest's a ref).
@@ -64,7 +64,7 @@ def _waits(fd: int) -> bool:
     return not stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-async def _read_lines(wire: int, sink: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+async def _read_lines(wire: int, sink: ObjectSendStream[SessionMessage | Exception]) -> None:
     """Messages from ``wire`` until end of file, one per line, into ``sink`` (closed at the end)."""
     pending = bytearray()
     dropping = False  # inside a line past the bound: everything up to its end is dropped
@@ -110,7 +110,7 @@ def _message(line: bytes) -> SessionMessage | Exception:
         return exc
 
 
-async def _write_lines(wire: int, source: MemoryObjectReceiveStream[SessionMessage]) -> None:
+async def _write_lines(wire: int, source: ObjectReceiveStream[SessionMessage]) -> None:
     """Each message from ``source`` as one line on ``wire``, in order, until ``source`` closes."""
     async with source:
         async for message in source:
@@ -124,7 +124,7 @@ async def _write_lines(wire: int, source: MemoryObjectReceiveStream[SessionMessa
 
 @contextlib.asynccontextmanager
 async def stdio_streams(stdin: int = 0, stdout: int = 1) -> AsyncIterator[
-        tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]]:
+        tuple[ObjectReceiveStream[SessionMessage | Exception], ObjectSendStream[SessionMessage]]]:
     """The (read, write) streams of an MCP session over ``stdin``/``stdout``, for `Server.run`.
 
     The read stream ends at the client's end of file. On exit the reader stops; the writer sends
@@ -152,7 +152,8 @@ async def stdio_streams(stdin: int = 0, stdout: int = 1) -> AsyncIterator[
                     yield read_stream, write_stream
                 finally:  # the reader first: nothing it reads now has a server to go to
                     reader.cancel()
-                    read_stream.close()
-                    write_stream.close()  # the writer sends what it holds, then ends
+                    with anyio.CancelScope(shield=True):  # (closing a memory stream does not wait)
+                        await read_stream.aclose()
+                        await write_stream.aclose()  # the writer sends what it holds, then ends
     finally:
         os.close(null)
