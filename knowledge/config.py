@@ -52,6 +52,16 @@ class Settings(BaseModel):
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
     application_name: str = "knowledge"
+    #: Streaming standbys of the primary (``dsn``) that serve searches and catalog reads
+    #: (`knowledge.store.replicas`; ``$KNOWLEDGE_REPLICA_DSNS``, comma-separated). Writes go to the
+    #: primary; a read after this service's acknowledged write waits (at most
+    #: ``replica_wait_seconds``) for a replica to replay it, else reads the primary.
+    replica_dsns: tuple[str, ...] = ()
+    #: A replica more than this far behind the primary (seconds it has not caught up to where the
+    #: primary was), or unreachable, is skipped until it is healthy again.
+    replica_max_lag_seconds: float = Field(default=5.0, gt=0)
+    replica_wait_seconds: float = Field(default=0.5, ge=0)
+    replica_check_seconds: float = Field(default=1.0, gt=0)
     max_artifact_bytes: int = Field(default=DEFAULT_MAX_ARTIFACT_BYTES, ge=1)
     migrate: bool = True
     #: How often the maintenance worker's sweeper collects expired artifacts and applies the traces'
@@ -128,13 +138,16 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
-        """Settings from ``$KNOWLEDGE_DSN``, ``$KNOWLEDGE_DATA_DIR``, ``$KNOWLEDGE_DATABASE`` and
-        ``$KNOWLEDGE_ATTACHMENT_WORKERS``."""
+        """Settings from ``$KNOWLEDGE_DSN``, ``$KNOWLEDGE_DATA_DIR``, ``$KNOWLEDGE_DATABASE``,
+        ``$KNOWLEDGE_REPLICA_DSNS`` and ``$KNOWLEDGE_ATTACHMENT_WORKERS``."""
         values: dict[str, object] = {}
         if os.environ.get("KNOWLEDGE_DSN"):
             values["dsn"] = os.environ["KNOWLEDGE_DSN"]
         if os.environ.get("KNOWLEDGE_DATABASE"):
             values["database"] = os.environ["KNOWLEDGE_DATABASE"]
+        if os.environ.get("KNOWLEDGE_REPLICA_DSNS"):
+            listed = os.environ["KNOWLEDGE_REPLICA_DSNS"].split(",")
+            values["replica_dsns"] = tuple(d.strip() for d in listed if d.strip())
         if os.environ.get("KNOWLEDGE_ATTACHMENT_WORKERS"):
             values["attachment_workers"] = int(os.environ["KNOWLEDGE_ATTACHMENT_WORKERS"])
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -17,6 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,14 @@ from knowledge.semantic.encoder import DIM
 from knowledge.semantic.queue import Backlog, enqueue_missing, pending, queue_backlog
 from knowledge.service.policy import policy
 from knowledge.service.semantic_parts import NO_PGVECTOR, SemanticParts, start_semantic
-from knowledge.service.status import Health, ParserStatus, RetrievalStatus, SemanticStatus, ServerStart
+from knowledge.service.status import (
+    Health,
+    ParserStatus,
+    ReplicaStatus,
+    RetrievalStatus,
+    SemanticStatus,
+    ServerStart,
+)
 from knowledge.store import catalog
 from knowledge.store.answers import CitationStats, RecordedAnswer, citation_stats
 from knowledge.store.artifacts import ArtifactStore
@@ -86,6 +94,7 @@ from knowledge.store.metrics import (
     ingest_trend,
 )
 from knowledge.store.migrate import applied_versions, discover, migrate
+from knowledge.store.replicas import ReadRouter, Replica, shown
 from knowledge.store.retry import retry_transient
 from knowledge.store.server import server_identity
 from knowledge.store.traces import TraceCheck, check_trace, load_trace, prune_traces, view_trace
@@ -113,9 +122,14 @@ class KnowledgeService:
 
     def __init__(self, settings: Settings, db: Database, task_group: TaskGroup, server: EmbeddedServer | None,
                  semantic_parts: SemanticParts | None = None, faults: Faults | None = None,
-                 extractors: Sequence[Extractor] = ()) -> None:
+                 extractors: Sequence[Extractor] = (), replicas: Sequence[Replica] = ()) -> None:
         self._settings = settings
         self._db = db
+        #: Where searches and catalog reads go: a replica that has replayed this service's writes, else
+        #: the primary (`knowledge.store.replicas`; no replicas: always the primary).
+        self._reads = ReadRouter(db, replicas, max_lag_seconds=settings.replica_max_lag_seconds,
+                                 wait_seconds=settings.replica_wait_seconds,
+                                 check_seconds=settings.replica_check_seconds)
         self._faults = faults if faults is not None else Faults()
         self._catalog = catalog.Catalog(db)  # the read-side view (operator and citations)
         self._artifacts = ArtifactStore(db, settings.max_artifact_bytes)
@@ -268,11 +282,17 @@ class KnowledgeService:
                         _log.info("applied migrations %s", applied)
                 # The host's own exception leaves the block as itself, not as an ExceptionGroup.
                 held = HeldError()
-                async with anyio.create_task_group() as tg:
+                async with contextlib.AsyncExitStack() as standbys, anyio.create_task_group() as tg:
                     with held:
+                        replicas = [Replica(shown(dsn), await standbys.enter_async_context(Database.open(
+                            dsn, bridge=bridge, min_size=0, max_size=settings.pool_max_size,
+                            application_name=settings.application_name))) for dsn in settings.replica_dsns]
                         parts = await (semantic.start(db, tg) if semantic is not None
                                        else start_semantic(settings, db, tg))
-                        svc = cls(settings, db, tg, server, parts, faults, extractors)
+                        svc = cls(settings, db, tg, server, parts, faults, extractors, replicas)
+                        if replicas:
+                            await svc._reads.check()  # (a replica down now is skipped until it answers)
+                            svc.start_background("replica-watch", svc._reads.watch)
                         if svc._maintenance is not None:
                             svc.start_background("maintenance-worker", svc._maintenance.run)
                         svc.start_background("parser-spares", svc._parser_pool.keep_spares)
@@ -402,7 +422,7 @@ class KnowledgeService:
 
     # --- Ingest, search, citations, versions, deletion.
 
-    @policy(in_group=True)
+    @policy(in_group=True, writes=True)
     async def ingest(
         self,
         source: ArtifactRef,
@@ -433,7 +453,7 @@ class KnowledgeService:
         )
         return await self._ingestor.ingest(request)
 
-    @policy(in_group=True)
+    @policy(in_group=True, writes=True)
     async def ingest_many(self, requests: Sequence[IngestRequest], *, on_done: OnDone | None = None
                           ) -> list[Outcome]:
         """``knowledge.ingest`` for many documents at once (`knowledge.ingest.bulk`): preparing the
@@ -450,7 +470,7 @@ class KnowledgeService:
         """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within
         its budget. Results carry `TrustLevel.KNOWLEDGE`. Runs as a task of the service (closing the
         service cancels it with `ServiceClosed`); cancelling the caller cancels the query."""
-        return await self._searcher.search(query)
+        return await self._reads.read(lambda db: replace(self._searcher, db=db).search(query))
 
     def retrieval(self) -> RetrievalStatus:
         """How this process retrieves, and what its arms did since the service opened (no database read)."""
@@ -465,7 +485,7 @@ class KnowledgeService:
         as a search would have admitted it (visibility, project, sensitivity ceiling), a
         `DeletedChunk` if its document was deleted, else None (a passage they may not see reads as
         one that never existed). The operator's tenant-wide resolution is `operator_get_chunk`."""
-        return await catalog.viewed_chunk(self._db, viewer, chunk_id)
+        return await self._reads.read(lambda db: catalog.viewed_chunk(db, viewer, chunk_id))
 
     @policy(faults="retry")
     async def operator_get_chunk(self, chunk_id: str, *, tenant_id: str) -> KnowledgeChunk | DeletedChunk | None:
@@ -473,7 +493,7 @@ class KnowledgeService:
         (`knowledge chunk show`); never for a person's view (`get_chunk`)."""
         return await catalog.resolve_chunk(self._db, tenant_id, chunk_id)
 
-    @policy(in_group=True)
+    @policy(in_group=True, writes=True)
     async def reextract(self, tenant_id: str | None = None, *, media_type: str | None = None) -> Reextracted:
         """Re-run ingestion over stored sources, never asking for a re-upload (`knowledge.ingest.reextract`):
         sources refused as ``unsupported_media_type`` (kept thirty days) whose type now has an
@@ -486,7 +506,7 @@ class KnowledgeService:
             self._maintenance.wake()
         return done
 
-    @policy(in_group=True, faults="typed")
+    @policy(in_group=True, faults="typed", writes=True)
     async def rechunk(self, document_id: UUID, chunker: Chunker, principal: Principal) -> int:
         """Re-chunk a document's live version under another chunker version from its stored
         source (no re-upload); see `Ingestor.rechunk`. Runs as a task of the service."""
@@ -497,7 +517,7 @@ class KnowledgeService:
         structured = self._extractors.for_media_type(media_type).structure == "markdown"
         return MarkdownChunker() if structured else PlainTextChunker()
 
-    @policy(in_group=True)
+    @policy(in_group=True, writes=True)
     async def delete(self, document_id: UUID, principal: Principal) -> int:
         """Delete every version of a document, its chunks, index rows and postings, and expire its
         source (the sweeper collects the bytes); returns the number of chunks deleted. Raises
@@ -539,24 +559,24 @@ class KnowledgeService:
                         since: datetime | None = None) -> list[catalog.DocumentSummary]:
         """The tenant's live documents, newest first (the operator's listing, not retrieval);
         filters as `catalog.list_documents`."""
-        return await catalog.list_documents(self._db, tenant_id, project=project, ingested_by=ingested_by,
-                                            limit=limit, title=title, since=since)
+        return await self._reads.read(lambda db: catalog.list_documents(
+            db, tenant_id, project=project, ingested_by=ingested_by, limit=limit, title=title, since=since))
 
     @policy(faults="retry")
     async def document(self, document_id: UUID, *, tenant_id: str) -> catalog.DocumentDetail | None:
         """A live document, its source and its live chunks (no text); None if absent or deleted."""
-        return await catalog.document_detail(self._db, tenant_id, document_id)
+        return await self._reads.read(lambda db: catalog.document_detail(db, tenant_id, document_id))
 
     @policy(faults="retry")
     async def document_summaries(self, document_ids: Sequence[UUID], *, tenant_id: str
                                  ) -> dict[UUID, catalog.DocumentSummary]:
         """The live version of each of these documents that is live, by document id."""
-        return await catalog.live_documents(self._db, tenant_id, list(document_ids))
+        return await self._reads.read(lambda db: catalog.live_documents(db, tenant_id, list(document_ids)))
 
     @policy(faults="retry")
     async def document_versions(self, document_id: UUID, *, tenant_id: str) -> list[catalog.VersionInfo]:
         """Every version of a document still held, oldest first, with sources and chunk sets."""
-        return await catalog.document_versions(self._db, tenant_id, document_id)
+        return await self._reads.read(lambda db: catalog.document_versions(db, tenant_id, document_id))
 
     @policy(faults="retry")
     async def operator_resolve_citation(self, chunk_id: str, *, tenant_id: str
@@ -584,7 +604,7 @@ class KnowledgeService:
     @policy(faults="retry")
     async def corpus_size(self, tenant_id: str) -> catalog.CorpusSize:
         """The tracked metric "corpus size": live documents, versions, chunks, tokens, source bytes."""
-        return await catalog.corpus_size(self._db, tenant_id)
+        return await self._reads.read(lambda db: catalog.corpus_size(db, tenant_id))
 
     @policy(faults="retry")
     async def passages_given(self, tenant_id: str) -> catalog.PassagesGiven | None:
@@ -725,7 +745,7 @@ class KnowledgeService:
         (`knowledge.ingest.attachments.QueueOverview`). Cancellation: propagates; nothing changes."""
         return await self._attachment_queue.overview(tenant_id)
 
-    @policy(in_group=True)
+    @policy(in_group=True, writes=True)
     async def delete_conversation(self, tenant_id: str, conversation_id: str) -> ConversationDeleted:
         """Delete a conversation's attachments and, through the deletion cascade, the documents ingested
         from them (`knowledge.store.deletion.delete_conversation`); the sweeper collects the bytes. Runs as a
@@ -764,6 +784,9 @@ class KnowledgeService:
             "schema_expected": expected,
             "pool": self._db.pool_stats(),
             "parsers": ParserStatus(in_jobs=len(self._parser_pool.live), spares=self._parser_pool.spares()),
+            "replicas": [ReplicaStatus(name=r.name, healthy=r.healthy, why=r.why, reads=r.reads)
+                         for r in self._reads.replicas],
+            "primary_reads": self._reads.primary_reads,
             "workers": self._maintenance.snapshot() if self._maintenance else None,
             "semantic": SemanticStatus(model_version=self._semantic_version,
                                        child_running=self._embedder.pid is not None, child_pid=self._embedder.pid,

@@ -9,14 +9,17 @@ from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeAlias, Ty
 
 from anyio.abc import TaskGroup
 
+from knowledge.store.replicas import ReadRouter
 from knowledge.store.retry import retry_transient, typed_faults
 from knowledge.structured import call_in_group
 
 
 class Owner(Protocol):
-    """What a method's policy needs of the service: the task group its in-group calls run in."""
+    """What a method's policy needs of the service: the task group its in-group calls run in, and
+    where reads go (told of each acknowledged write)."""
 
     _task_group: TaskGroup
+    _reads: ReadRouter
 
 
 S = TypeVar("S", bound=Owner)
@@ -27,7 +30,7 @@ FaultPolicy = Literal["retry", "typed"]
 _Method: TypeAlias = Callable[Concatenate[S, P], Coroutine[Any, Any, R]]
 
 
-def policy(*, in_group: bool = False, faults: FaultPolicy | None = None
+def policy(*, in_group: bool = False, faults: FaultPolicy | None = None, writes: bool = False
            ) -> Callable[[_Method[S, P, R]], _Method[S, P, R]]:
     """Declare a facade method's policy once, on its definition:
 
@@ -36,7 +39,9 @@ def policy(*, in_group: bool = False, faults: FaultPolicy | None = None
       reaped) — the writes and everything that holds a child;
     - ``faults="retry"``: safe to repeat, so retried after a transient database fault, then
       `DatabaseUnavailable` (`retry_transient`); ``"typed"``: run once, a transient fault raised as
-      `DatabaseUnavailable` (`typed_faults`); None: the body handles its own (or has none).
+      `DatabaseUnavailable` (`typed_faults`); None: the body handles its own (or has none);
+    - ``writes``: it changes documents, so the reads after it returns must see the change: the read
+      router (`knowledge.store.replicas.ReadRouter.wrote`) takes the primary's position then.
 
     The policy is kept on the method (``__knowledge_policy__``) for the facade's test."""
 
@@ -50,9 +55,10 @@ def policy(*, in_group: bool = False, faults: FaultPolicy | None = None
                 op = functools.partial(retry_transient, what, op)
             elif faults == "typed":
                 op = functools.partial(typed_faults, what, op)
-            if in_group:
-                return await call_in_group(self._task_group, op)
-            return await op()
+            result = await call_in_group(self._task_group, op) if in_group else await op()
+            if writes:
+                await self._reads.wrote()
+            return result
 
         method.__knowledge_policy__ = (in_group, faults)  # type: ignore[attr-defined]
         return method

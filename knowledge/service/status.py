@@ -51,6 +51,15 @@ class ServerStart(BaseModel):
     start_seconds: float
 
 
+class ReplicaStatus(BaseModel):
+    """One read replica as the read router last saw it (`knowledge.store.replicas`)."""
+
+    name: str  # its DSN, without credentials
+    healthy: bool
+    why: str | None  # why it is skipped, when it is
+    reads: int  # reads it served since the service opened
+
+
 class Health(BaseModel):
     """What `KnowledgeService.health` reports."""
 
@@ -76,6 +85,10 @@ class Health(BaseModel):
     server_start: ServerStart | None = None
     #: The parser pool's children (a refused or failed job's child is reaped before the call returns).
     parsers: ParserStatus | None = None
+    #: The read replicas (`Settings.replica_dsns`), and the reads the primary served that a replica
+    #: could have (none healthy, or none had replayed this service's writes in time).
+    replicas: list[ReplicaStatus] = []
+    primary_reads: int = 0
 
 
 #: Why a service with the default ``semantic_arm`` runs lexical-only on this server.
