@@ -624,36 +624,6 @@ class _Walker:
 
     # -- tables --
 
-    def _rows(self, table: Any) -> list[Any]:
-        rows: list[Any] = []
-        pending = list(reversed(table))
-        while pending:
-            child = pending.pop()
-            tag = child.tag
-            if tag == _W + "tr":
-                rows.append(child)
-            elif tag in (_W + "sdt", _W + "customXml"):
-                content = child.find(_W + "sdtContent") if tag == _W + "sdt" else child
-                if content is not None:
-                    pending.extend(reversed(content))
-        return rows
-
-    def _cells(self, row: Any) -> list[Any]:
-        cells: list[Any] = []
-        pending = list(reversed(row))
-        while pending:
-            child = pending.pop()
-            if child is None:
-                continue
-            tag = child.tag
-            if tag == _W + "tc":
-                cells.append(child)
-            elif tag in (_W + "sdt", _W + "customXml"):
-                content = child.find(_W + "sdtContent") if tag == _W + "sdt" else child
-                if content is not None:
-                    pending.extend(reversed(content))
-        return cells
-
     def _cell(self, tc: Any) -> _Cell:
         tcpr = tc.find(_W + "tcPr")
         span = min(max(_int(_child_val(tcpr, "gridSpan"), 1), 1), MAX_SPAN)
@@ -669,14 +639,14 @@ class _Walker:
     def _table(self, table: Any) -> _Block | None:
         """A pipe table, or one line per row (module docstring); None for a table without text."""
         rows: list[list[_Cell]] = []
-        for tr in self._rows(table):
+        for tr in _wrapped_children(table, "tr"):
             self._tick()
             trpr = tr.find(_W + "trPr")
             if trpr is not None and trpr.find(_W + "del") is not None:
                 continue
             before = min(max(_int(_child_val(trpr, "gridBefore"), 0), 0), MAX_SPAN)
             cells = [_Cell([], 1, False, False) for _ in range(before)]
-            cells.extend(self._cell(tc) for tc in self._cells(tr))
+            cells.extend(self._cell(tc) for tc in _wrapped_children(tr, "tc"))
             rows.append(cells)
         lines = [" | ".join(" ".join(cell.texts) for cell in row if cell.texts) for row in rows]
         lines = [line for line in lines if line]
@@ -1077,3 +1047,22 @@ def _extract(package: OpcPackage, part: Part, progress: Progress) -> DocxText:
         raise DocxRefused("no_text", "the document has no text")
     title, stated = _core(package)
     return DocxText(text + "\n", title or title_paragraph, stated)
+
+
+def _wrapped_children(element: Any, tag: str) -> list[Any]:
+    """``element``'s children of ``tag`` (a table's rows, a row's cells), in order, including those
+    inside content controls (``w:sdt``'s ``w:sdtContent``) and custom XML (``w:customXml``) wrappers,
+    at any depth."""
+    found: list[Any] = []
+    pending = list(reversed(element))
+    while pending:
+        child = pending.pop()
+        if child is None:
+            continue
+        if child.tag == _W + tag:
+            found.append(child)
+        elif child.tag in (_W + "sdt", _W + "customXml"):
+            content = child.find(_W + "sdtContent") if child.tag == _W + "sdt" else child
+            if content is not None:
+                pending.extend(reversed(content))
+    return found

@@ -758,3 +758,16 @@ def _small_document() -> bytes:
         doc.add_table(rows=1, cols=2).cell(0, 0).text = "cell"
         _SMALL.append(package({"word/document.xml": doc.part.blob}, compresslevel=0))
     return _SMALL[0]
+
+
+def test_rows_and_cells_inside_content_controls_and_custom_xml_are_read_in_order() -> None:
+    doc = docx.Document()
+    table = doc.add_table(rows=1, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "Plain cell", "Second cell"
+    cell = '<w:tc><w:p><w:r><w:t>{}</w:t></w:r></w:p></w:tc>'
+    table._tbl.append(parse_xml(  # a row inside a content control, one of its cells inside custom XML
+        f'<w:sdt {NS}><w:sdtContent><w:tr>{cell.format("Controlled row")}'
+        f'<w:customXml w:element="x">{cell.format("Custom cell")}</w:customXml></w:tr></w:sdtContent></w:sdt>'))
+    text = extract_docx(save(doc)).text
+    assert text.index("Plain cell") < text.index("Second cell") < text.index("Controlled row") \
+        < text.index("Custom cell")
