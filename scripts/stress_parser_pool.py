@@ -61,6 +61,25 @@ sys.path.insert(0, str(ROOT))  # the tests package holds the hostile PDFs' maker
 from tests.supervisors import hostile_pdfs  # noqa: E402
 
 
+@dataclass
+class ChildPeak:
+    """The most parser children seen at once: this process's live children (zombies not counted), or
+    the jobs the pools hold (``in_jobs``), whichever is more, sampled every 10 ms by `watch`."""
+
+    in_jobs: Callable[[], int]
+    peak: int = 0
+
+    async def watch(self) -> None:
+        me = psutil.Process()
+        while True:
+            alive = 0
+            for child in me.children():
+                with contextlib.suppress(psutil.Error):
+                    alive += child.status() != psutil.STATUS_ZOMBIE
+            self.peak = max(self.peak, alive, self.in_jobs())
+            await anyio.sleep(0.01)
+
+
 async def run(args: argparse.Namespace) -> int:
     with (PDFS / "MANIFEST.tsv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
@@ -109,7 +128,7 @@ async def run(args: argparse.Namespace) -> int:
         tg.cancel_scope.cancel()
     elapsed = time.perf_counter() - began
     await anyio.sleep(0.2)
-    leaked = [c.pid for c in me.children(recursive=True)] + sorted(pool.live)
+    leaked = [c.pid for c in psutil.Process().children(recursive=True)] + sorted(pool.live)
     print(f"jobs run: {sum(outcomes.values())} ({args.rounds} rounds x {len(rows)} PDFs) in {elapsed:.1f}s; "
           f"loop={args.loop}")
     for reason, count in outcomes.most_common():
@@ -146,21 +165,7 @@ async def hostile_mix(args: argparse.Namespace) -> int:
     text_outcomes: collections.Counter[str] = collections.Counter()
     bomb_outcomes: collections.Counter[str] = collections.Counter()
     bomb_messages: set[str] = set()
-    peak = 0
-    me = psutil.Process()
-
-    def alive() -> int:
-        count = 0
-        for child in me.children():
-            with contextlib.suppress(psutil.Error):
-                count += child.status() != psutil.STATUS_ZOMBIE
-        return count
-
-    async def watch() -> None:
-        nonlocal peak
-        while True:
-            peak = max(peak, alive(), len(pool.live))
-            await anyio.sleep(0.01)
+    children = ChildPeak(lambda: len(pool.live))
 
     async def job(data: bytes, into: collections.Counter[str], messages: set[str] | None) -> None:
         try:
@@ -173,7 +178,7 @@ async def hostile_mix(args: argparse.Namespace) -> int:
 
     began = time.perf_counter()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
+        tg.start_soon(children.watch)
         tg.start_soon(pool.keep_spares)
         async with anyio.create_task_group() as jobs:
             for _ in range(args.bombs):
@@ -183,7 +188,7 @@ async def hostile_mix(args: argparse.Namespace) -> int:
         tg.cancel_scope.cancel()
     elapsed = time.perf_counter() - began
     await anyio.sleep(0.2)
-    leaked = [c.pid for c in me.children(recursive=True)] + sorted(pool.live)
+    leaked = [c.pid for c in psutil.Process().children(recursive=True)] + sorted(pool.live)
     other = args.texts - text_outcomes["text"] - text_outcomes["pdf_timeout"]
     refused = {reason: n for reason, n in bomb_outcomes.items() if reason != "text"}
     print(f"hostile mix, loop={args.loop}: {args.bombs} bombs (flate-ops) + {args.texts} text PDFs, all at once")
@@ -192,10 +197,10 @@ async def hostile_mix(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     print(f"| {args.loop} | {text_outcomes['text']} | {text_outcomes['pdf_timeout']} | {other} "
           f"| {sum(refused.values())} ({', '.join(f'{k} {v}' for k, v in sorted(refused.items()))}) "
-          f"| {bomb_outcomes['text']} | {peak} | {elapsed:.1f} | {len(leaked)} |")
+          f"| {bomb_outcomes['text']} | {children.peak} | {elapsed:.1f} | {len(leaked)} |")
     for message in sorted(bomb_messages):
         print(f"  bomb: {message}")
-    good = (not leaked and text_outcomes["text"] == args.texts and not bomb_outcomes["text"] and peak <= 2)
+    good = (not leaked and text_outcomes["text"] == args.texts and not bomb_outcomes["text"] and children.peak <= 2)
     return 0 if good else 1
 
 
@@ -237,21 +242,7 @@ async def fairness(args: argparse.Namespace) -> int:
     runs = [_Run(kind, kind, make(), ParserPool()) for kind, make in SLOW_BOMBS.items()]
     runs += [_Run("text", rows[i % len(rows)]["file"], (PDFS / rows[i % len(rows)]["file"]).read_bytes(), ParserPool())
              for i in range(args.texts)]
-    me = psutil.Process()
-    peak = 0
-
-    def alive() -> int:
-        count = 0
-        for child in me.children():
-            with contextlib.suppress(psutil.Error):
-                count += child.status() != psutil.STATUS_ZOMBIE
-        return count
-
-    async def watch() -> None:
-        nonlocal peak
-        while True:
-            peak = max(peak, alive(), sum(len(r.pool.live) for r in runs))
-            await anyio.sleep(0.01)
+    children = ChildPeak(lambda: sum(len(r.pool.live) for r in runs))
 
     async def one(run: _Run) -> None:
         async def source() -> AsyncIterator[bytes]:
@@ -267,7 +258,7 @@ async def fairness(args: argparse.Namespace) -> int:
 
     began = time.perf_counter()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
+        tg.start_soon(children.watch)
         tg.start_soon(runs[0].pool.keep_spares)  # as the service runs it (spares belong to the loop)
         async with anyio.create_task_group() as jobs:
             bombs = [r for r in runs if r.kind != "text"]
@@ -280,7 +271,7 @@ async def fairness(args: argparse.Namespace) -> int:
         tg.cancel_scope.cancel()
     elapsed = time.perf_counter() - began
     await anyio.sleep(0.2)
-    leaked = [c.pid for c in me.children(recursive=True)] + [pid for r in runs for pid in r.pool.live]
+    leaked = [c.pid for c in psutil.Process().children(recursive=True)] + [pid for r in runs for pid in r.pool.live]
     print(f"fairness run, loop={args.loop}: {len(SLOW_BOMBS)} slow hostile PDFs + {args.texts} text PDFs, all at "
           f"once, bombs first; {elapsed:.1f} s in all")
     print("| kind | files | outcomes | max queue wait s | max total s |")
@@ -290,7 +281,7 @@ async def fairness(args: argparse.Namespace) -> int:
         outcomes = collections.Counter(r.outcome for r in mine)
         print(f"| {kind} | {len(mine)} | {', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))} "
               f"| {max(r.waited for r in mine):.1f} | {max(r.took for r in mine):.1f} |")
-    print(f"max children alive at once: {peak}; leaked processes: {len(leaked)}")
+    print(f"max children alive at once: {children.peak}; leaked processes: {len(leaked)}")
     for run in runs:
         if run.kind != "text":
             stops = ", ".join(f"{r.op}:{r.stopped or r.outcome}" for r in run.pool.history)
@@ -301,7 +292,7 @@ async def fairness(args: argparse.Namespace) -> int:
         f"no text PDF waited more than {GOAL_WAIT_SECONDS:.0f} s": all(r.waited <= GOAL_WAIT_SECONDS for r in texts),
         "every bomb refused with a reason": all(r.outcome not in ("text", "empty") and r.message
                                                 for r in runs if r.kind != "text"),
-        "never more than two children": peak <= 2,
+        "never more than two children": children.peak <= 2,
         "no process left": not leaked,
     }
     for check, ok in checks.items():
