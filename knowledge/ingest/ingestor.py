@@ -406,10 +406,12 @@ async def sniffed(source: ArtifactRef, stream: AsyncIterator[bytes]) -> tuple[st
     """The media type ``source``'s bytes are (`sniff_media_type`, from the first slice; a ZIP's from
     all of it, which its structure needs) and the same bytes as a stream again."""
     head = await anext(stream, b"")
-    parts = [head]
     if head.startswith(b"PK") and len(head) < source.size_bytes:
-        parts.extend([part async for part in stream])
-    media_type = routed(source.media_type, sniff_media_type(b"".join(parts), source.media_type))
+        # a ZIP whole, once: the same bytes object is sniffed and handed on (the extractor's
+        # `collect_source` joins one part without copying it)
+        head = b"".join([head, *[part async for part in stream]])
+    parts = [head]
+    media_type = routed(source.media_type, sniff_media_type(head, source.media_type))
 
     async def again() -> AsyncIterator[bytes]:
         for part in parts:
