@@ -95,9 +95,10 @@ async def insert_artifact(
     the ingest, `knowledge.store.documents`) has none, and `ArtifactStore.set_expiry` can clear it."""
     row = await conn.fetchrow(
         f"""INSERT INTO artifacts (tenant_id, artifact_id, origin, trust, sha256, size_bytes,
-                                   media_type, file_name, content, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                    COALESCE($10, clock_timestamp() + interval '{DEFAULT_LIFETIME_DAYS} days'))
+                                   media_type, file_name, content, created_at, expires_at)
+            SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, t.at,
+                   COALESCE($10, t.at + interval '{DEFAULT_LIFETIME_DAYS} days')
+            FROM (SELECT clock_timestamp() AS at) AS t  -- one instant: the default is exactly 30 days
             RETURNING {REF_COLUMNS}""",
         tenant_id, artifact_id or uuid4(), origin.value, trust.value, hashlib.sha256(content).hexdigest(),
         len(content), media_type, file_name, content, expires_at,
