@@ -470,7 +470,8 @@ class KnowledgeService:
         """``knowledge.search``: ranked, cited passages admitted for ``query``'s principal, whole, within
         its budget. Results carry `TrustLevel.KNOWLEDGE`. Runs as a task of the service (closing the
         service cancels it with `ServiceClosed`); cancelling the caller cancels the query."""
-        return await self._reads.read(lambda db: replace(self._searcher, db=db).search(query))
+        return await self._reads.read(
+            lambda db: (self._searcher if db is self._db else replace(self._searcher, db=db)).search(query))
 
     def retrieval(self) -> RetrievalStatus:
         """How this process retrieves, and what its arms did since the service opened (no database read)."""

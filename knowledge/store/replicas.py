@@ -103,6 +103,8 @@ class ReadRouter:
         """``run`` on a replica that has replayed this service's writes (waiting for one at most
         ``wait_seconds``), else on the primary; a replica failing under it is marked down and
         ``run`` repeated on the primary."""
+        if not self.replicas:
+            return await run(self.primary)
         replica = await self._choose()
         if replica is None:
             self.primary_reads += 1
@@ -124,16 +126,18 @@ class ReadRouter:
             return None
         self._turn += 1
         ordered = healthy[self._turn % len(healthy):] + healthy[:self._turn % len(healthy)]
-        if any(r.replayed >= self.written for r in ordered):  # known to have replayed it: no query
-            return next(r for r in ordered if r.replayed >= self.written)
+        known = next((r for r in ordered if r.replayed >= self.written), None)  # replayed it: no query
+        if known is not None:
+            return known
         deadline = anyio.current_time() + self.wait_seconds
-        while True:
+        while any(r.healthy for r in ordered):  # (a check marking them all down ends the wait)
             for replica in ordered:
                 if replica.healthy and await self._replayed(replica) >= self.written:
                     return replica
             if anyio.current_time() >= deadline:
                 return None
             await anyio.sleep(0.005)
+        return None
 
     async def _replayed(self, replica: Replica) -> int:
         try:
