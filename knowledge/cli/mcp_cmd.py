@@ -53,9 +53,10 @@ def mcp(
     sensitivity: Annotated[str | None, typer.Option(help="The sensitivity ceiling: public, internal, confidential, "
                                                          "restricted (default $KNOWLEDGE_MCP_SENSITIVITY, else "
                                                          "internal).")] = None,
-    origin_trust: Annotated[str | None, typer.Option(help="The origin trust of every call: USER (default: the client "
-                                                          "asks the person before each call) or lower (ingest is "
-                                                          "then refused); $KNOWLEDGE_MCP_ORIGIN_TRUST.")] = None,
+    origin_trust: Annotated[str | None, typer.Option(help="The origin trust of every call: TOOL_OUTPUT (default: "
+                                                          "ingest is neither offered nor accepted), or USER where "
+                                                          "the client asks the person before each call; "
+                                                          "$KNOWLEDGE_MCP_ORIGIN_TRUST.")] = None,
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "WARNING",
 ) -> int:
     """Serve the knowledge tools over MCP (stdio, or --http) until the client leaves or SIGINT/SIGTERM."""

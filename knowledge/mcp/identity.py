@@ -5,10 +5,12 @@ the identity its operator configured, and nothing a model writes into a tool's a
 it — the tools' argument models forbid unknown fields, so a ``tenant_id`` or ``scopes`` argument is
 refused (``invalid_arguments``) before any work.
 
-The origin trust is the configuration's word for every call: ``USER`` (the default) says the
-person at the client approves each tool call, as Claude Desktop, Claude Code and Cursor ask them
-to; a host that runs tools unattended should say ``TOOL_OUTPUT``, and ``knowledge.ingest`` is then
-neither offered nor accepted (it requires ``USER``).
+The origin trust is the configuration's word for every call. The default is ``TOOL_OUTPUT``: the
+server cannot tell a person's request from a model's that read a fetched page, and the spec's admit
+step is that an agent cannot admit what it fetched — so ``knowledge.ingest`` (which requires
+``USER``) is neither offered nor accepted. An operator whose client asks the person before each tool
+call (Claude Desktop, Claude Code and Cursor do) says so with ``--origin-trust USER``, and with the
+``knowledge.write`` scope the tool is offered: the admission is then that person's act.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class McpIdentity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     principal: Principal
-    origin_trust: TrustLevel = TrustLevel.USER
+    origin_trust: TrustLevel = TrustLevel.TOOL_OUTPUT
     #: The project a ``project``-visibility document must belong to for this surface to see it.
     current_scope: str | None = Field(default=None, min_length=1, max_length=256)
     sensitivity_ceiling: Sensitivity = Sensitivity.INTERNAL
@@ -60,7 +62,7 @@ class McpIdentity(BaseModel):
                                                       f"{sorted(VOCABULARY.scopes)}")
         project = project if project is not None else environ.get(ENV_PROJECT) or None
         sensitivity = sensitivity or environ.get(ENV_SENSITIVITY) or Sensitivity.INTERNAL.value
-        origin_trust = origin_trust or environ.get(ENV_ORIGIN_TRUST) or TrustLevel.USER.value
+        origin_trust = origin_trust or environ.get(ENV_ORIGIN_TRUST) or TrustLevel.TOOL_OUTPUT.value
         try:
             ceiling = Sensitivity(sensitivity.lower())
             trust = TrustLevel(origin_trust.upper())

@@ -364,7 +364,7 @@ async def test_http_sigterm_and_sigint_stop_the_server_and_its_children(
     offers ``knowledge.ingest``): its parser pool parses it in a child, then keeps spare children
     running — alive when the signal comes."""
     await ingest(service, tenant, {"Rollback": DOCUMENTS["Rollback"]})
-    flags = ("--scope", "knowledge.write") if parsed else ()
+    flags = ("--scope", "knowledge.write", "--origin-trust", "USER") if parsed else ()
     async with serving(database_dsn, tenant, anyio_backend_name, *flags) as served:
         async with session(served.url) as client:
             if parsed:

@@ -38,6 +38,8 @@ QA = SHARED_CORPUS / "qa" / "docs-dev.jsonl"
 SLOW_PDF = SHARED_CORPUS / "pdf" / "qaguru__docs-pytest-org-en-latest.pdf"
 pytestmark = pytest.mark.skipif(corpus_missing(QA), reason="needs ../shared/corpus")
 
+#: The flags that offer knowledge.ingest: the scope, and the operator's word that a person approves each call.
+WRITER = ("--scope", "knowledge.write", "--origin-trust", "USER")
 GUIDE = "# Rollback\n\nTo roll back a deploy, run `deploy --rollback` and wait for the health checks.\n"
 
 
@@ -110,12 +112,13 @@ async def test_ingest_is_offered_and_accepted_only_with_the_scope_and_user_trust
     async with connect(database_dsn, tenant, anyio_backend_name, log=log) as session:  # no scope
         assert await _names(session) == ["knowledge.search"]
         assert _refusal(await session.call_tool("knowledge.ingest", _args(guide))) == "missing_scope"
-    async with connect(database_dsn, tenant, anyio_backend_name, "--scope", "knowledge.write", "--origin-trust",
-                       "TOOL_OUTPUT", log=log) as session:  # a host that runs tools unattended
-        assert await _names(session) == ["knowledge.search"]
-        assert _refusal(await session.call_tool("knowledge.ingest", _args(guide))) == "origin_trust"
+    for trust in ((), ("--origin-trust", "TOOL_OUTPUT")):  # the default: no person approves the calls
+        async with connect(database_dsn, tenant, anyio_backend_name, "--scope", "knowledge.write", *trust,
+                           log=log) as session:
+            assert await _names(session) == ["knowledge.search"]
+            assert _refusal(await session.call_tool("knowledge.ingest", _args(guide))) == "origin_trust"
     assert (await footprint(service, tenant))["documents"] == 0
-    async with connect(database_dsn, tenant, anyio_backend_name, "--scope", "knowledge.write", log=log) as session:
+    async with connect(database_dsn, tenant, anyio_backend_name, *WRITER, log=log) as session:
         assert await _names(session) == ["knowledge.search", "knowledge.ingest"]
         assert _refusal(await session.call_tool("knowledge.ingest", _args(secret, "Deploy notes"))) \
             == "secret_detected"
@@ -137,7 +140,7 @@ async def test_arguments_cannot_widen_who_asks(service: KnowledgeService, databa
     theirs = await put(service, other, GUIDE)
     await service.ingest(theirs, "Their guide", Visibility.TENANT, writer(other), origin_trust=TrustLevel.USER)
     before = await footprint(service, other)
-    async with connect(database_dsn, tenant, anyio_backend_name, "--scope", "knowledge.write",
+    async with connect(database_dsn, tenant, anyio_backend_name, *WRITER,
                        log=tmp_path / "log") as session:
         for widened in ({"tenant_id": other}, {"principal_id": "root"}, {"scopes": ["knowledge.write"]},
                         {"sensitivity_ceiling": "restricted"}, {"current_scope": "infra"}):
@@ -261,7 +264,7 @@ async def test_a_cancelled_ingest_commits_nothing_and_the_server_goes_on(
         service: KnowledgeService, database_dsn: str, tenant: str, tmp_path: Path, anyio_backend_name: str) -> None:
     pdf = await anyio.Path(SLOW_PDF).read_bytes()
     ref = await put(service, tenant, pdf, media_type="application/pdf", file_name="pytest.pdf")
-    async with connect(database_dsn, tenant, anyio_backend_name, "--scope", "knowledge.write",
+    async with connect(database_dsn, tenant, anyio_backend_name, *WRITER,
                        log=tmp_path / "log") as session:
         server = server_process(tenant)
         outcome: list[Any] = []
@@ -319,7 +322,7 @@ async def test_a_disconnect_or_a_signal_closes_everything_the_server_started(
     busy: dict[psutil.Process, float] = {}
     outcome: list[Any] = []
     closed: list[MCPError] = []
-    async with connect(database_dsn, tenant, anyio_backend_name, "--scope", "knowledge.write",
+    async with connect(database_dsn, tenant, anyio_backend_name, *WRITER,
                        log=log) as session, anyio.create_task_group() as tg:
         server = server_process(tenant)
         assert await session.call_tool("knowledge.search", {"text": "anything"})
@@ -355,7 +358,10 @@ def test_identity_refuses_unknown_scopes_and_levels() -> None:
     identity = McpIdentity.configured("t1", "alice", env={"KNOWLEDGE_MCP_SCOPES": "knowledge.write",
                                                           "KNOWLEDGE_MCP_SENSITIVITY": "confidential"})
     assert identity.principal == Principal(tenant_id="t1", principal_id="alice", scopes=frozenset({"knowledge.write"}))
-    assert identity.sensitivity_ceiling is Sensitivity.CONFIDENTIAL and identity.origin_trust is TrustLevel.USER
+    assert identity.sensitivity_ceiling is Sensitivity.CONFIDENTIAL
+    assert identity.origin_trust is TrustLevel.TOOL_OUTPUT  # no ingest unless the operator says a person approves
+    assert McpIdentity.configured("t1", "alice", env={"KNOWLEDGE_MCP_ORIGIN_TRUST": "user"}).origin_trust \
+        is TrustLevel.USER
     assert McpIdentity.configured("t1", "alice", env={}).principal.scopes == frozenset()
     for bad in ({"scopes": ["knowledge.writ"]}, {"sensitivity": "secret"}, {"origin_trust": "ROOT"}):
         with pytest.raises(ConfigurationError):
