@@ -37,6 +37,22 @@ def default_semantic_arm() -> bool | None:
     return None
 
 
+#: Postings the lexical arm reads per query term, strongest first, by default (issue 36: chosen on
+#: SciFact's train queries, `scripts/fit_lexical_depth.py`).
+LEXICAL_DEPTH = 400
+
+
+def default_lexical_depth() -> int | None:
+    """``$KNOWLEDGE_LEXICAL_DEPTH``: postings the lexical arm reads per query term, strongest first
+    (a whole number), or ``all`` (the exhaustive arm); unset, `LEXICAL_DEPTH`."""
+    value = os.environ.get("KNOWLEDGE_LEXICAL_DEPTH", "").strip().lower()
+    if not value:
+        return LEXICAL_DEPTH
+    if value == "all":
+        return None
+    return int(value)
+
+
 class Settings(BaseModel):
     """How a `KnowledgeService` reaches its database.
 
@@ -98,6 +114,10 @@ class Settings(BaseModel):
     #: ``semantic`` extra and pgvector; False is lexical-only; None, the measured default
     #: (`knowledge.semantic.MEASURED_DEFAULT`) where the extra is installed. ``$KNOWLEDGE_SEMANTIC_ARM``.
     semantic_arm: bool | None = Field(default_factory=default_semantic_arm)
+    #: Postings the lexical arm reads per query term, strongest first (`knowledge.store.retrieval.
+    #: LEXICAL_SQL`); None reads them all (the exhaustive arm, whose cost grows with the tenant).
+    #: ``$KNOWLEDGE_LEXICAL_DEPTH`` (a number, or ``all``).
+    lexical_depth: int | None = Field(default_factory=default_lexical_depth, ge=1)
     #: With the arm on, embed at start (in the background) every chunk lacking a vector under its
     #: model version (ingested with the arm off, or under another version).
     semantic_backfill: bool = True

@@ -31,6 +31,7 @@ from knowledge.models import ArtifactOrigin, ArtifactRef, Principal, TrustLevel,
 from knowledge.service import KnowledgeService
 from knowledge.store.db import Database, open_pool
 from knowledge.store.documents import TS_CONFIG
+from knowledge.store.impact import impact_sql
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
@@ -119,10 +120,11 @@ CREATE TABLE IF NOT EXISTS bench_chunks (LIKE knowledge_chunks INCLUDING ALL);
 CREATE TABLE IF NOT EXISTS bench_index (LIKE knowledge_chunk_index INCLUDING ALL);
 CREATE TABLE IF NOT EXISTS bench_postings (LIKE knowledge_postings INCLUDING ALL);
 CREATE TABLE IF NOT EXISTS bench_stats (LIKE knowledge_tenant_stats INCLUDING ALL);
+CREATE TABLE IF NOT EXISTS bench_term_stats (LIKE knowledge_term_stats INCLUDING ALL);
 """
 
 # The same index the service writes — chunk rows, the weighted tsvector and length per chunk, one
-# posting per (chunk, lexeme), the tenant's statistics — into tables like the service's (same
+# posting per (chunk, lexeme) with its impact, each lexeme's document frequency, the tenant's statistics — into tables like the service's (same
 # columns and indexes, no foreign keys), from rows COPYed in: the floor for `ingest_many`.
 SAME_INDEX_SQL = f"""
 WITH vec AS MATERIALIZED (
@@ -139,8 +141,10 @@ WITH vec AS MATERIALIZED (
     SELECT v.tenant_id, v.chunk_id, v.document_id, v.version, v.chunker_version, v.tsv, l.dl
     FROM vec v JOIN lengths l USING (chunk_id) RETURNING dl
 ), postings AS (
-    INSERT INTO bench_postings (tenant_id, term, chunk_id, tf, dl)
-    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl FROM terms t JOIN lengths l USING (chunk_id)
+    INSERT INTO bench_postings (tenant_id, term, chunk_id, tf, dl, impact)
+    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl, {impact_sql("t.tf", "l.dl")} FROM terms t JOIN lengths l USING (chunk_id)
+), term_stats AS (
+    INSERT INTO bench_term_stats (tenant_id, term, shard, df) SELECT $1, lexeme, 0, count(*) FROM terms GROUP BY lexeme
 )
 INSERT INTO bench_stats (tenant_id, shard, chunks, total_dl) SELECT $1, 0, count(*), sum(dl) FROM idx
 """
@@ -169,7 +173,8 @@ async def ingest_bulk(svc: KnowledgeService, tenant: str, items: list[tuple[Arti
 
 #: Every path starts from an empty store (a larger postings index costs every later insert more).
 RESET = """TRUNCATE artifacts, knowledge_documents, knowledge_chunk_sets, knowledge_chunks, knowledge_chunk_index,
-                    knowledge_postings, knowledge_tenant_stats, knowledge_events, knowledge_ingest_outcomes CASCADE"""
+                    knowledge_postings, knowledge_tenant_stats, knowledge_term_stats, knowledge_events,
+                    knowledge_ingest_outcomes CASCADE"""
 
 
 async def fresh_put(svc: KnowledgeService, db: Database, tenant: str, paths: list[Path]

@@ -30,7 +30,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -58,7 +58,6 @@ from knowledge.store.db import Database
 from knowledge.supervisors.embedded_pg import throwaway_data_dir
 
 SOURCE_TENANT = "bench-source"
-TENANTS = [f"bench-t{i}" for i in range(10)]
 PRINCIPAL = "bench"
 WARMUP = 30
 
@@ -83,6 +82,7 @@ CREATE INDEX ON bench_src_chunk_sets (document_id);
 DELETE FROM knowledge_postings WHERE tenant_id = '{t}';
 DELETE FROM artifacts WHERE tenant_id = '{t}';
 DELETE FROM knowledge_tenant_stats WHERE tenant_id = '{t}';
+DELETE FROM knowledge_term_stats WHERE tenant_id = '{t}';
 DELETE FROM knowledge_events WHERE tenant_id = '{t}';
 DELETE FROM knowledge_ingest_outcomes WHERE tenant_id = '{t}';
 CREATE UNLOGGED TABLE bench_doc_map (tenant_id text, src_document_id uuid, document_id uuid, artifact_id uuid);
@@ -115,9 +115,13 @@ _REPLICATE_SQL = [
     """INSERT INTO knowledge_chunk_index (tenant_id, chunk_id, document_id, version, chunker_version, tsv, dl)
        SELECT m.tenant_id, m.chunk_id, m.document_id, i.version, i.chunker_version, i.tsv, i.dl
        FROM bench_chunk_map m JOIN bench_src_index i ON i.chunk_id = m.src_chunk_id""",
-    """INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl)
-       SELECT m.tenant_id, p.term, m.chunk_id, p.tf, p.dl
+    """INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl, impact)
+       SELECT m.tenant_id, p.term, m.chunk_id, p.tf, p.dl, p.impact
        FROM bench_chunk_map m JOIN bench_src_postings p ON p.chunk_id = m.src_chunk_id""",
+    """INSERT INTO knowledge_term_stats (tenant_id, term, shard, df)
+       SELECT m.tenant_id, p.term, 0, count(*)
+       FROM bench_chunk_map m JOIN bench_src_postings p ON p.chunk_id = m.src_chunk_id GROUP BY m.tenant_id, p.term
+       ON CONFLICT (tenant_id, term, shard) DO UPDATE SET df = knowledge_term_stats.df + excluded.df""",
     """INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)
        SELECT m.tenant_id, 0, count(*), coalesce(sum(i.dl), 0)
        FROM bench_chunk_map m JOIN bench_src_index i ON i.chunk_id = m.src_chunk_id GROUP BY m.tenant_id
@@ -138,15 +142,16 @@ class Replicator:
     """Grows every tenant to a chunk count by copying the staged documents cyclically, each tenant
     starting at its own offset so tenants differ at the small size."""
 
-    def __init__(self, docs: list[SourceDoc]) -> None:
+    def __init__(self, docs: list[SourceDoc], tenants: list[str]) -> None:
         self.docs = docs
-        self.cursor = {t: i * len(docs) // len(TENANTS) for i, t in enumerate(TENANTS)}
-        self.count = dict.fromkeys(TENANTS, 0)
+        self.tenants = tenants
+        self.cursor = {t: i * len(docs) // len(tenants) for i, t in enumerate(tenants)}
+        self.count = dict.fromkeys(tenants, 0)
 
     def plan(self, per_tenant: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         doc_rows: list[tuple[Any, ...]] = []
         chunk_rows: list[tuple[Any, ...]] = []
-        for tenant in TENANTS:
+        for tenant in self.tenants:
             while self.count[tenant] < per_tenant:
                 src = self.docs[self.cursor[tenant] % len(self.docs)]
                 self.cursor[tenant] += 1
@@ -175,7 +180,7 @@ async def stage(db: Database) -> list[SourceDoc]:
 async def grow(db: Database, rep: Replicator, total: int) -> float:
     began = time.perf_counter()
     await db.execute("DROP INDEX IF EXISTS bench_tsv_gin")  # rebuilt after the load, faster than maintained
-    doc_rows, chunk_rows = rep.plan(total // len(TENANTS))
+    doc_rows, chunk_rows = rep.plan(total // len(rep.tenants))
     if doc_rows:
         async with db.transaction() as tx:
             await tx.execute("TRUNCATE bench_doc_map, bench_chunk_map")
@@ -265,12 +270,21 @@ async def bench(svc: KnowledgeService, own: Searcher, lexical: Searcher, texts: 
     async def arm(tenant: str, text: str) -> Any:
         return await lexical.candidates(q(tenant, text))
 
+    async def arm_exhaustive(tenant: str, text: str) -> Any:
+        return await exhaustive.candidates(q(tenant, text))
+
+    depth = lexical.arms[0].depth  # type: ignore[attr-defined]
+    exhaustive = replace(lexical, arms=[LexicalArm(depth=None)])
     results = [await measure(f"knowledge.search (end to end, 3 passages, {DEFAULT_POLICY.name})", texts, search,
                              concurrency)]
     with searching_with(own, policy=KNOWLEDGE_V1):  # the same search without the relevance model: what it costs
         results.append(await measure(f"knowledge.search, {KNOWLEDGE_V1.name} (RRF, no relevance model)", texts,
                                      search_own, concurrency))
-    results.append(await measure(f"lexical arm alone (candidates, {limit})", texts, arm, concurrency))
+    with searching_with(own, arms=[LexicalArm(depth=None), *own.arms[1:]]):  # the arm before issue 36
+        results.append(await measure("knowledge.search, exhaustive lexical arm", texts, search_own, concurrency))
+    results.append(await measure(f"lexical arm alone (candidates, {limit}, depth {depth})", texts, arm, concurrency))
+    results.append(await measure(f"lexical arm alone, exhaustive (candidates, {limit})", texts, arm_exhaustive,
+                                 concurrency))
     for name, sql in BASELINE_SQL.items():
         async def baseline(tenant: str, text: str, sql: str = sql) -> Any:
             async with lexical.db.connection() as conn:
@@ -332,7 +346,7 @@ async def explain(lexical: Searcher, tenant: str, text: str) -> list[str]:
 
 
 def table(results: list[Result]) -> list[str]:
-    search, arm = results[0], results[1]
+    search, arm = results[0], results[3]
     lines = [f"{'method':<44} {'median ms':>9} {'p99 ms':>8} {'qps':>7} {'med÷search':>10} {'med÷arm':>8} "
              f"{'qps÷search':>10} {'qps÷arm':>8}"]
     for r in results:
@@ -359,24 +373,25 @@ async def run(args: argparse.Namespace) -> list[str]:
             out.append(f"source: SciFact {len(doc_keys)} documents, {source_chunks} chunks through knowledge.ingest "
                        f"in {time.perf_counter() - began:.1f}s (refused {refused or 0}); loop={db.backend}, "
                        f"{args.concurrency} concurrent tasks")
-            rep = Replicator(await stage(db))
+            tenants = [f"bench-t{i}" for i in range(args.tenants)]
+            rep = Replicator(await stage(db), tenants)
             rng = random.Random(0)
             queries = list(scifact.queries.values())
             rng.shuffle(queries)
-            texts = [(TENANTS[i % len(TENANTS)], text) for i, text in enumerate(queries[:args.queries])]
+            texts = [(tenants[i % len(tenants)], text) for i, text in enumerate(queries[:args.queries])]
             # The service's parts are private: the searcher's other policy and the lexical arm alone are
             # searchers of the script's own over its own pool (as large as the service's).
             async with own_searcher(svc, db) as own:
                 lexical = Searcher(db, [LexicalArm()], arm_limit=own.arm_limit, policy=own.policy)
                 for size in args.sizes:
                     seconds = await grow(db, rep, size)
-                    out += ["", f"== {size} chunks over {len(TENANTS)} tenants (replicated + GIN + VACUUM ANALYZE "
+                    out += ["", f"== {size} chunks over {len(tenants)} tenants (replicated + GIN + VACUUM ANALYZE "
                                 f"in {seconds:.1f}s)", *await check(lexical)]
                     results = await bench(svc, own, lexical, texts, args.concurrency)
                     out += [f"{len(texts)} SciFact test queries, sequential (median, p99) after {WARMUP} warm-up, "
                             f"then {2 * len(texts)} at {args.concurrency} concurrent (qps)", *table(results)]
                     if args.explain:
-                        arm = results[1]
+                        arm = results[3]
                         mid = sorted(range(len(texts)), key=lambda i: arm.seconds[i])[len(texts) // 2]
                         slow = max(range(len(texts)), key=lambda i: arm.seconds[i])
                         for i in (mid, slow):
@@ -388,6 +403,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000",
                         type=lambda s: sorted(int(x) for x in s.split(",") if x.strip()))
+    parser.add_argument("--tenants", type=int, default=10, help="the tenants the chunks are spread over")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--loop", choices=["trio", "asyncio"], default="trio")

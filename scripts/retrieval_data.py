@@ -69,7 +69,7 @@ async def own_searcher(svc: Any, db: Database) -> AsyncIterator[Searcher]:
     measures the searcher's parts alone (`Searcher.candidates`, an arm) or under another configuration
     (`searching_with`). Leaving the block stops the child."""
     status = svc.retrieval()
-    arms: list[Arm] = [LexicalArm()]
+    arms: list[Arm] = [LexicalArm(depth=svc.settings.lexical_depth)]
     policy = DEFAULT_POLICY if svc.settings.relevance_floor else DEFAULT_POLICY.unfloored()
     held = HeldError()
     async with anyio.create_task_group() as tg:

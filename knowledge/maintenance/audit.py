@@ -182,6 +182,8 @@ async def audit_storage(conn: Connection | Database, model: AccessModel | None =
         if (p.stat_chunks, p.stat_dl) != (p.chunks, p.dl):
             audit.statistics.append(f"{t}: statistics say {p.stat_chunks} chunks / {p.stat_dl} length, "
                                     f"a recount {p.chunks} / {p.dl}")
+        if p.term_mismatches:
+            audit.statistics.append(f"{t}: {p.term_mismatches} terms' document frequencies differ from a recount")
     if model is not None:
         await _audit_model(conn, model, audit)
     return audit

@@ -36,6 +36,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from knowledge.core.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
+from knowledge.config import LEXICAL_DEPTH
 from knowledge.core.relevance import BM25_B, BM25_K1, LexicalEvidence, features
 from knowledge.errors import ArmUnavailable
 from knowledge.models import KnowledgeQuery, RetrievedPassage
@@ -100,17 +101,18 @@ class LexicalArm:
     name: str = "lexical"
     k1: float = BM25_K1
     b: float = BM25_B
+    #: Postings read per query lexeme, strongest first (`knowledge.store.retrieval.LEXICAL_SQL`);
+    #: None: every posting (the exhaustive reference).
+    depth: int | None = LEXICAL_DEPTH
 
     async def search(self, db: Database, query: KnowledgeQuery, limit: int) -> list[Candidate]:
         return (await self.search_result(db, query, limit)).candidates
 
     async def search_result(self, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:
-        found = await lexical_hits(db, query=query, k1=self.k1, b=self.b, limit=limit, arm=self.name)
-        terms = None
-        if found.idf is not None and found.avgdl is not None:
-            terms = LexicalEvidence(idf=found.idf, avgdl=found.avgdl)
+        found = await lexical_hits(db, query=query, k1=self.k1, b=self.b, limit=limit, arm=self.name,
+                                   depth=self.depth)
         return ArmResult(self.name, [hit.ranked(rank_no, hit.score)
-                                     for rank_no, hit in enumerate(found.hits, start=1)], terms)
+                                     for rank_no, hit in enumerate(found.hits, start=1)], found.evidence)
 
 
 async def arm_result(arm: Arm, db: Database, query: KnowledgeQuery, limit: int) -> ArmResult:

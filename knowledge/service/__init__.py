@@ -146,7 +146,7 @@ class KnowledgeService:
         self._drain = semantic_parts.drain if semantic_parts else None
         vectors = self._drain or (QueueOnly(self._semantic_version) if self._semantic_version else None)
         self._ingestor = Ingestor(db, self._artifacts, self._extractors, faults=self._faults, vectors=vectors)
-        arms: list[Arm] = [LexicalArm()]
+        arms: list[Arm] = [LexicalArm(depth=settings.lexical_depth)]
         if semantic_parts is not None and semantic_parts.arm is not None:
             arms.append(semantic_parts.arm)
         elif self._embedder is not None and self._semantic_version is not None:

@@ -38,7 +38,8 @@ WHERE d.valid_to IS NULL AND ($1::text[] IS NULL OR d.tenant_id = ANY($1))
 """
 
 # Postings must be exactly the lexemes of the index rows: counted both ways per tenant, with the
-# tenant's term statistics and a recount of them: $1 tenants (NULL: all).
+# tenant's statistics and a recount of them, and the terms whose document frequency is not their
+# postings' count: $1 tenants (NULL: all).
 POSTINGS = """
 SELECT t.tenant_id,
        (SELECT count(*) FROM knowledge_postings p WHERE p.tenant_id = t.tenant_id) AS postings,
@@ -50,9 +51,15 @@ SELECT t.tenant_id,
        (SELECT coalesce(sum(chunks), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_chunks,
        (SELECT coalesce(sum(total_dl), 0) FROM knowledge_tenant_stats s WHERE s.tenant_id = t.tenant_id) AS stat_dl,
        (SELECT count(*) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS chunks,
-       (SELECT coalesce(sum(dl), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS dl
+       (SELECT coalesce(sum(dl), 0) FROM knowledge_chunk_index i WHERE i.tenant_id = t.tenant_id) AS dl,
+       (SELECT count(*) FROM (SELECT term, sum(df) AS df FROM knowledge_term_stats s
+                              WHERE s.tenant_id = t.tenant_id GROUP BY term) AS ts
+        FULL JOIN (SELECT term, count(*) AS n FROM knowledge_postings p
+                   WHERE p.tenant_id = t.tenant_id GROUP BY term) AS pc USING (term)
+        WHERE coalesce(ts.df, 0) <> coalesce(pc.n, 0)) AS term_mismatches
 FROM (SELECT DISTINCT tenant_id FROM knowledge_postings UNION SELECT DISTINCT tenant_id FROM knowledge_chunk_index
-      UNION SELECT DISTINCT tenant_id FROM knowledge_tenant_stats) t
+      UNION SELECT DISTINCT tenant_id FROM knowledge_tenant_stats
+      UNION SELECT DISTINCT tenant_id FROM knowledge_term_stats) t
 WHERE $1::text[] IS NULL OR t.tenant_id = ANY($1)
 """
 
@@ -168,6 +175,7 @@ class PostingsRecount:
     stat_dl: int
     chunks: int  # as recounted from the index rows
     dl: int
+    term_mismatches: int  # terms whose counted document frequency is not their postings' count
 
 
 @dataclass(frozen=True)
@@ -230,7 +238,8 @@ async def postings_recount(conn: Reader, *, tenants: list[str] | None) -> list[P
     # The sums of the statistics' bigint columns come back as numeric: whole numbers, kept as ints.
     return [PostingsRecount(tenant_id=r["tenant_id"], postings=int(r["postings"]), lexemes=int(r["lexemes"]),
                             orphan_postings=int(r["orphan_postings"]), stat_chunks=int(r["stat_chunks"]),
-                            stat_dl=int(r["stat_dl"]), chunks=int(r["chunks"]), dl=int(r["dl"]))
+                            stat_dl=int(r["stat_dl"]), chunks=int(r["chunks"]), dl=int(r["dl"]),
+                            term_mismatches=int(r["term_mismatches"]))
             for r in await conn.fetch(POSTINGS, tenants)]
 
 

@@ -23,6 +23,7 @@ from knowledge.errors import DeleteRefused
 from knowledge.models import Principal
 from knowledge.store.artifacts import LIVE
 from knowledge.store.db import Connection, Database, is_transient
+from knowledge.store.impact import impact_sql, term_stats_upsert
 from knowledge.store.locks import lock_document
 from knowledge.store.retry import retry_transient
 
@@ -34,13 +35,20 @@ DELETED_EVENT = "knowledge.document.deleted"
 DROP_TENANT_DOCUMENTS = "DELETE FROM knowledge_documents WHERE tenant_id = $1"
 
 
-_POSTINGS = """
-WITH gone AS (
-    SELECT ci.chunk_id, u.lexeme FROM knowledge_chunk_index ci, unnest(ci.tsv) AS u
+# The document's postings, found by their key: the impact is recomputed from the index row (the
+# tf from the lexeme's positions, as the ingest counted it); and each term's document frequency
+# less as many, on this backend's shard.
+_POSTINGS = f"""
+WITH gone AS MATERIALIZED (
+    SELECT ci.chunk_id, u.lexeme, {impact_sql("coalesce(array_length(u.positions, 1), 1)", "ci.dl")} AS impact
+    FROM knowledge_chunk_index ci, unnest(ci.tsv) AS u
     WHERE ci.tenant_id = $1 AND ci.document_id = $2
+), postings AS (
+    DELETE FROM knowledge_postings p USING gone
+    WHERE p.tenant_id = $1 AND p.term = gone.lexeme AND p.impact = gone.impact AND p.chunk_id = gone.chunk_id
+), terms AS ({term_stats_upsert("SELECT $1, lexeme, -count(*) FROM gone GROUP BY lexeme")}
 )
-DELETE FROM knowledge_postings p USING gone
-WHERE p.tenant_id = $1 AND p.term = gone.lexeme AND p.chunk_id = gone.chunk_id
+SELECT count(*) FROM gone
 """
 _STATS = """
 INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)

@@ -17,6 +17,7 @@ from knowledge.models import Principal
 from knowledge.store.artifacts import REF_COLUMNS, ref_columns
 from knowledge.store.db import Connection
 from knowledge.store.embedding_queue import QUEUE_INSERT
+from knowledge.store.impact import impact_sql, term_stats_upsert
 from knowledge.store.locks import lock_document
 
 #: The text search configuration of the index rows and of queries.
@@ -79,8 +80,9 @@ def chunk_writes_from(rows: str) -> str:
     """The CTEs that write chunk rows, whatever documents they belong to: ``rows`` is a SELECT of
     (document_id, version, chunker_version, `CHUNK_ARRAY_COLUMNS`); their chunk rows; their index
     rows (the heading path weighted above the body, in one tsvector per chunk, and its length);
-    the BM25 postings unnested from those tsvectors; and the tenant's chunk count and total length,
-    added on this backend's shard. ``$1`` is the tenant."""
+    the BM25 postings unnested from those tsvectors, with their impacts (`knowledge.store.impact`);
+    and each term's document frequency and the tenant's chunk count and total length, added on this
+    backend's shard. ``$1`` is the tenant."""
     return f"""
 rows AS (
     {rows}
@@ -107,8 +109,9 @@ rows AS (
     FROM vec v JOIN lengths l USING (chunk_id)
     RETURNING dl
 ), postings AS (
-    INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl)
-    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl FROM terms t JOIN lengths l USING (chunk_id)
+    INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl, impact)
+    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl, {impact_sql("t.tf", "l.dl")} FROM terms t JOIN lengths l USING (chunk_id)
+), term_stats AS ({term_stats_upsert("SELECT $1, lexeme, count(*) FROM terms GROUP BY lexeme")}
 ), tenant_stats AS (
     INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)
     SELECT $1, pg_backend_pid() % 16, count(*), coalesce(sum(dl), 0) FROM idx HAVING count(*) > 0

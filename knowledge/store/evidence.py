@@ -4,8 +4,8 @@ The arms each rank their own top candidates; the relevance model judges the unio
 same footing, so every candidate's evidence is gathered again whichever arm found it:
 
 - **lexical** — one statement: the query's lexemes and their BM25 idf in the tenant (document
-  frequencies from the postings, N and the mean length from the sharded counters, exactly as the
-  lexical arm computes them), and for each candidate chunk, from its index row's tsvector, every
+  frequencies, N and the mean length from the sharded counters, exactly as the lexical arm computes
+  them), and for each candidate chunk, from its index row's tsvector, every
   query lexeme it holds with its positions and whether it occurs in the heading path (weight A)
   or only in the body (weight B). BM25, the idf-weighted coverage of the query, coverage by the
   heading path and the proximity of the matches are computed from that (`LexicalEvidence`);
@@ -33,6 +33,12 @@ TENANT_STATS = """stats AS (
     FROM knowledge_tenant_stats WHERE tenant_id = $1
 )"""
 
+def document_frequency(term: str) -> str:
+    """A lexeme's document frequency in tenant $1 (``term``: its SQL expression): its postings, as the
+    sharded counters of migration 0016 count them."""
+    return f"""SELECT coalesce(sum(ts.df), 0)::float8 AS df FROM knowledge_term_stats ts
+                        WHERE ts.tenant_id = $1 AND ts.term = {term}"""
+
 
 def idf_sql(df: str) -> str:
     """BM25's idf of a lexeme held by ``df`` chunks of the tenant (``s`` is `TENANT_STATS`)."""
@@ -56,8 +62,7 @@ WITH {QUERY_LEXEMES},
 terms AS (
     SELECT q.term, {idf_sql("f.df")} AS idf, greatest(s.len / s.n, 1) AS avgdl
     FROM q CROSS JOIN stats s
-    CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM knowledge_postings p
-                        WHERE p.tenant_id = $1 AND p.term = q.term) AS f
+    CROSS JOIN LATERAL ({document_frequency("q.term")}) AS f
 )
 SELECT NULL::text AS chunk_id, t.term, t.idf, t.avgdl AS dl, NULL::int[] AS positions, NULL::text[] AS weights
 FROM terms t
@@ -71,9 +76,14 @@ async def lexical_evidence(db: Database, tenant_id: str, text: str, chunk_ids: S
                            known: LexicalEvidence | None = None) -> LexicalEvidence:
     """The lexical evidence for ``chunk_ids`` (see the module docstring), in one statement.
     ``known``: the query's idf and the mean length as the lexical arm computed them for this very
-    query — then the statement reads the candidates' matches only, not the postings again."""
+    query, with the matches of the chunks it found — then the statement reads only the other
+    candidates' matches (none at all when the lexical arm found every one)."""
     if known is not None:
-        return _matches(await db.fetch(_MATCHES_SQL, tenant_id, text, list(chunk_ids)), known)
+        missing = [c for c in chunk_ids if c not in known.lengths]
+        if not missing:
+            return known
+        rows = await db.fetch(_MATCHES_SQL, tenant_id, text, missing)
+        return _matches(rows, known)
     rows = await db.fetch(_SQL, tenant_id, text, list(chunk_ids))
     terms = [r for r in rows if r["chunk_id"] is None]
     known = LexicalEvidence(idf={r["term"]: float(r["idf"]) for r in terms},
@@ -82,8 +92,8 @@ async def lexical_evidence(db: Database, tenant_id: str, text: str, chunk_ids: S
 
 
 def _matches(rows: Sequence[Record], known: LexicalEvidence) -> LexicalEvidence:
-    matches: dict[str, list[Match]] = {}
-    lengths: dict[str, int] = {}
+    matches: dict[str, list[Match]] = {c: list(m) for c, m in known.matches.items()}
+    lengths: dict[str, int] = dict(known.lengths)
     for r in rows:
         lengths[r["chunk_id"]] = int(r["dl"])
         matches.setdefault(r["chunk_id"], []).append(
@@ -98,8 +108,7 @@ _TERM_WEIGHTS = f"""
 WITH {TENANT_STATS}
 SELECT w.word, coalesce((
     SELECT max({idf_sql("f.df")}) FROM unnest(to_tsvector('{TS_CONFIG}', w.word)) AS u
-    CROSS JOIN LATERAL (SELECT count(*)::float8 AS df FROM knowledge_postings p
-                        WHERE p.tenant_id = $1 AND p.term = u.lexeme) AS f), 0) / {idf_sql("0")} AS weight
+    CROSS JOIN LATERAL ({document_frequency("u.lexeme")}) AS f), 0) / {idf_sql("0")} AS weight
 FROM (SELECT DISTINCT unnest($2::text[]) AS word) AS w CROSS JOIN stats s
 """
 

@@ -1,5 +1,5 @@
 """The retrieval statements: who may read what (`ADMIT`), which chunk set is live (`LIVE_SET`), the
-lexical arm's one statement (`LEXICAL_SQL`), and an arm's row as a ranking candidate. Every arm's
+lexical arm's one statement (`LEXICAL_SQL`, impact-ordered; `EXHAUSTIVE_LEXICAL_SQL`, its reference), and an arm's row as a ranking candidate. Every arm's
 candidate query carries the same two predicates (`knowledge.retrieval.search`,
 `knowledge.semantic.arm`)."""
 
@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from knowledge.config import LEXICAL_DEPTH
 from knowledge.core.ranking import Candidate
+from knowledge.core.relevance import LexicalEvidence, Match
 from knowledge.models import KnowledgeQuery
 from knowledge.store.db import Database, Record
-from knowledge.store.evidence import QUERY_LEXEMES, TENANT_STATS, idf_sql
+from knowledge.store.evidence import QUERY_LEXEMES, TENANT_STATS, document_frequency, idf_sql
 from knowledge.store.vectors import WINDOW_COUNT, cosines_sql, model_literal, scan_options_sql
 from knowledge.store.visibility import visible
 from knowledge.vocabulary import Authority
@@ -40,14 +42,12 @@ LIVE_SET = """
                         OR $8 <@ ANY (cs.earlier_periods) END)
 """
 
-# One statement: the query's lexemes; their postings in this tenant (read once, index-only);
-# document frequencies and BM25 idf from those postings and the tenant's sharded counters; the
-# score of every chunk holding a lexeme; then, in descending score order, the isolation
-# predicates until $9 chunks are admitted. Every row also carries every query lexeme's idf
-# (matched or not) and the mean length, so the relevance model's evidence need not count the
-# postings again (`knowledge.store.evidence.lexical_evidence`'s ``known``). $2 query text, $3 k1, $4 b,
+# The exhaustive arm (`EXHAUSTIVE_LEXICAL_SQL`): every posting of each query lexeme in this tenant,
+# the score of every chunk holding one, then, in descending score order, the isolation predicates
+# until $9 chunks are admitted. Its cost grows with the query terms' document frequencies; kept as
+# the reference the impact-ordered arm is measured and tested against. $2 query text, $3 k1, $4 b,
 # $9 limit.
-LEXICAL_SQL = f"""
+EXHAUSTIVE_LEXICAL_SQL = f"""
 WITH {QUERY_LEXEMES},
 hits AS MATERIALIZED (
     SELECT p.term, p.chunk_id, p.tf, p.dl FROM knowledge_postings p
@@ -89,6 +89,96 @@ ORDER BY s.bm25 DESC, s.chunk_id  -- the scan order above is a plan, not a promi
 LIMIT $9
 """
 
+# The lexical arm's one statement, impact-ordered (issue 36): its cost follows the query's terms and
+# the depth read, not the tenant's size.
+#
+# 1. The query's lexemes, each with its document frequency from the sharded counters
+#    (`knowledge_term_stats`) and BM25 idf: no posting is counted.
+# 2. Each lexeme's $10 strongest postings, by stored impact (`knowledge.store.impact`), through the
+#    primary key read backwards, index-only; a lexeme held by at most $10 chunks is read whole.
+# 3. Each chunk found: its BM25 over the postings read (exact where every lexeme was read whole,
+#    otherwise a lower bound: a posting beyond the depth is missing), in that order the isolation
+#    predicates until $11 chunks are admitted (the pool).
+# 4. The pool's index rows, once: each query lexeme a chunk holds, with its positions and whether it is
+#    in the heading (weight A) — exact BM25 with the tenant's current statistics, and the relevance
+#    model's evidence in the same pass (`knowledge.store.evidence.lexical_evidence` need not read
+#    these chunks again).
+# 5. The pool in exact BM25 order, the first $9.
+#
+# Where every query lexeme is read whole, the answer is the exhaustive arm's, chunk for chunk. Every
+# row also carries every query lexeme's idf and the mean length. $2 query text, $3 k1, $4 b, $9 limit,
+# $10 depth (postings read per lexeme), $11 pool.
+LEXICAL_SQL = f"""
+WITH {QUERY_LEXEMES},
+{TENANT_STATS},
+terms AS MATERIALIZED (
+    SELECT q.term, f.df, {idf_sql("f.df")} AS idf
+    FROM q CROSS JOIN stats s
+    CROSS JOIN LATERAL ({document_frequency("q.term")}) AS f
+),
+params AS (
+    SELECT $3::float8 AS k1, $4::float8 AS b, greatest(s.len / s.n, 1) AS avgdl,
+           (SELECT sum(idf) FROM terms WHERE df > 0) * ($3::float8 + 1) AS best
+    FROM stats s
+),
+strongest AS MATERIALIZED (
+    SELECT t.term, t.idf, p.chunk_id, p.tf, p.dl
+    FROM terms t CROSS JOIN LATERAL (
+        SELECT p.chunk_id, p.tf, p.dl FROM knowledge_postings p
+        WHERE p.tenant_id = $1 AND p.term = t.term
+        ORDER BY p.impact DESC, p.chunk_id DESC LIMIT $10) AS p
+    WHERE t.df > 0
+),
+partial AS MATERIALIZED (
+    SELECT h.chunk_id, sum(h.idf * h.tf * (k1 + 1) / (h.tf + k1 * (1 - b + b * h.dl / avgdl))) AS score
+    FROM strongest h CROSS JOIN params
+    GROUP BY h.chunk_id
+),
+pool AS MATERIALIZED (
+    SELECT s.chunk_id, c.document_id, c.version, c.heading_path, c.text, c.tokens,
+           c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
+    FROM (SELECT * FROM partial ORDER BY score DESC, chunk_id) AS s
+    CROSS JOIN LATERAL (
+        SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
+    CROSS JOIN LATERAL (
+        SELECT * FROM knowledge_documents d
+        WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
+          AND {ADMIT} AND {LIVE_SET}
+        ) AS d
+    ORDER BY s.score DESC, s.chunk_id  -- the nested loops keep the scan's order: no sort, an early stop
+    LIMIT $11
+),
+matched AS MATERIALIZED (
+    SELECT ci.chunk_id, ci.dl, u.lexeme AS term, coalesce(array_length(u.positions, 1), 1) AS tf,
+           array_to_string(u.positions, ',') AS positions, 'A' = ANY (u.weights) AS heading
+    FROM pool JOIN knowledge_chunk_index ci ON ci.tenant_id = $1 AND ci.chunk_id = pool.chunk_id
+    CROSS JOIN LATERAL unnest(ci.tsv) AS u
+    WHERE u.lexeme IN (SELECT term FROM q)
+),
+exact AS (
+    SELECT m.chunk_id, min(m.dl) AS dl,
+           sum(t.idf * m.tf * (k1 + 1) / (m.tf + k1 * (1 - b + b * m.dl / avgdl))) AS bm25,
+           array_agg(m.term ORDER BY m.term) AS match_terms,
+           array_agg(m.positions ORDER BY m.term) AS match_positions,
+           array_agg(m.heading ORDER BY m.term) AS match_heading
+    FROM matched m JOIN terms t USING (term) CROSS JOIN params
+    GROUP BY m.chunk_id
+)
+SELECT p.*, e.bm25, e.bm25 / (SELECT best FROM params) AS strength, e.dl,
+       e.match_terms, e.match_positions, e.match_heading,
+       (SELECT array_agg(term ORDER BY term) FROM terms) AS query_terms,
+       (SELECT array_agg(idf ORDER BY term) FROM terms) AS query_idf,
+       (SELECT avgdl FROM params) AS avgdl
+FROM pool p JOIN exact e USING (chunk_id)
+ORDER BY e.bm25 DESC, p.chunk_id
+LIMIT $9
+"""
+
+#: The pool of admitted chunks the impact-ordered arm rescores exactly, as a multiple of the
+#: candidates asked for (at least `MIN_POOL`); the depth it reads is `knowledge.config.LEXICAL_DEPTH`.
+POOL_FACTOR = 2
+MIN_POOL = 20
+
 
 @dataclass(frozen=True)
 class ArmHit:
@@ -116,12 +206,12 @@ def _hit(row: Record, arm: str, score: str) -> ArmHit:
 
 @dataclass(frozen=True)
 class LexicalHits:
-    """The lexical arm's hits, and the query's statistics as its statement read them (each query
-    term's idf and the tenant's average chunk length; None when nothing matched)."""
+    """The lexical arm's hits, and the query's lexical evidence as its statement read it: each query
+    term's idf and the tenant's mean chunk length, and (the impact-ordered statement) every hit's
+    length and matches; None when nothing matched."""
 
     hits: list[ArmHit]
-    idf: dict[str, float] | None
-    avgdl: float | None
+    evidence: LexicalEvidence | None
 
 
 def nearest_sql(version: str, dim: int, exact: bool) -> str:
@@ -157,17 +247,28 @@ ORDER BY b.distance, b.chunk_id
 
 
 async def lexical_hits(db: Database, *, query: KnowledgeQuery, k1: float, b: float, limit: int,
-                       arm: str = "lexical") -> LexicalHits:
-    """The lexical arm's candidates for ``query`` (`LEXICAL_SQL`): BM25 with ``k1`` and ``b``, the
-    query's visibility, ceiling and ``as_of`` applied, at most ``limit``."""
-    rows = await db.fetch(LEXICAL_SQL, query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
-                          query.sensitivity_ceiling.admitted(), query.as_of, limit)
+                       arm: str = "lexical", depth: int | None = LEXICAL_DEPTH) -> LexicalHits:
+    """The lexical arm's candidates for ``query``: BM25 with ``k1`` and ``b``, the query's visibility,
+    ceiling and ``as_of`` applied, at most ``limit``. ``depth``: the postings read per query lexeme
+    (`LEXICAL_SQL`); None reads them all (`EXHAUSTIVE_LEXICAL_SQL`, which gathers no matches)."""
+    args = (query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
+            query.sensitivity_ceiling.admitted(), query.as_of, limit)
+    if depth is None:
+        rows = await db.fetch(EXHAUSTIVE_LEXICAL_SQL, *args)
+    else:
+        rows = await db.fetch(LEXICAL_SQL, *args, depth, max(limit * POOL_FACTOR, MIN_POOL))
     if not rows:
-        return LexicalHits([], None, None)
+        return LexicalHits([], None)
     first = rows[0]
-    return LexicalHits([_hit(r, arm, "strength") for r in rows],
-                       dict(zip(first["query_terms"], map(float, first["query_idf"]), strict=True)),
-                       float(first["avgdl"]))
+    evidence = LexicalEvidence(idf=dict(zip(first["query_terms"], map(float, first["query_idf"]), strict=True)),
+                               avgdl=float(first["avgdl"]))
+    if depth is not None:
+        evidence = replace(evidence, lengths={r["chunk_id"]: int(r["dl"]) for r in rows}, matches={
+            r["chunk_id"]: [Match(term, tuple(map(int, positions.split(","))) if positions else (), heading)
+                            for term, positions, heading in zip(r["match_terms"], r["match_positions"],
+                                                                r["match_heading"], strict=True)]
+            for r in rows})
+    return LexicalHits([_hit(r, arm, "strength") for r in rows], evidence)
 
 
 class VectorStatements:

@@ -90,6 +90,9 @@ BUILT_AT_CALL_TIME: dict[str, tuple[Callable[[], str] | None, str]] = {
     "documents.py:outcome_upsert": (_built("documents", "outcome_upsert", "VALUES ($1, current_date, $2, $3, 1)"),
                                     "its rows are the caller's; its INSERT names tenant_id"),
     "documents.py:_chunk_writes": (None, "a fragment of CHUNKS_SQL and INGEST_SQL, which are checked whole"),
+    "evidence.py:document_frequency": (_built("evidence", "document_frequency", "'term'"), "one lexeme's df"),
+    "impact.py:term_stats_upsert": (_built("impact", "term_stats_upsert", "SELECT $1, 'term', 1"),
+                                    "its rows are the caller's; its INSERT names tenant_id"),
     "locks.py:lock_documents": (None, "advisory locks on (tenant, document) keys: no table"),
     "retrieval.py:nearest_sql": (_built("retrieval", "nearest_sql", "m1", 384, False), "the semantic arm's query"),
     "vectors.py:scan_options_sql": (_built("vectors", "scan_options_sql", 40, 1000), "set_config calls: no table"),
@@ -143,10 +146,14 @@ async def test_citus_every_key_of_a_tenant_table_includes_tenant_id(sql: Databas
 
 
 def distributed_by_the_migration() -> set[str]:
+    """The tables migration 0015 distributes (one ARRAY[...]), and those a later migration that makes
+    a tenant table distributes by name where citus is present."""
     text = MIGRATION.read_text(encoding="utf-8")
     listed = re.search(r"ARRAY\[(.*?)\]", text, re.DOTALL)
     assert listed is not None, "the migration names its distributed tables in one ARRAY[...]"
-    return set(re.findall(r"'([a-z_]+)'", listed.group(1)))
+    later = (f.read_text(encoding="utf-8") for f in sorted(MIGRATION.parent.glob("*.sql")) if f.name > MIGRATION.name)
+    return set(re.findall(r"'([a-z_]+)'", listed.group(1))) | {
+        t for sql in later for t in re.findall(r"create_distributed_table\('([a-z_]+)', 'tenant_id'", sql)}
 
 
 # -- the statements ---------------------------------------------------------------------------------
@@ -272,7 +279,8 @@ TENANT_TABLES = {
     "artifacts", "awaiting_extractor", "knowledge_budget_pressure", "knowledge_chunk_index", "knowledge_chunk_sets",
     "knowledge_chunks", "knowledge_citation_stats", "knowledge_deleted_chunks", "knowledge_documents",
     "knowledge_embedding_queue", "knowledge_embeddings", "knowledge_events", "knowledge_ingest_outcomes",
-    "knowledge_postings", "knowledge_tenant_stats", "knowledge_trace_answers", "knowledge_trace_citations",
+    "knowledge_postings", "knowledge_tenant_stats", "knowledge_term_stats", "knowledge_trace_answers",
+    "knowledge_trace_citations",
     "knowledge_trace_passages", "knowledge_trace_tool_calls", "knowledge_traces",
 }
 
