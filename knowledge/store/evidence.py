@@ -51,7 +51,8 @@ _MATCHES = """
 SELECT ci.chunk_id, u.lexeme AS term, NULL::float8 AS idf, ci.dl::float8 AS dl, u.positions::int[] AS positions,
        u.weights::text[] AS weights
 FROM knowledge_chunk_index ci CROSS JOIN LATERAL unnest(ci.tsv) AS u
-WHERE ci.tenant_id = $1 AND ci.chunk_id = ANY($3::text[]) AND u.lexeme IN (SELECT term FROM q)
+WHERE ci.tenant_id = $1 AND ci.chunk_id = ANY($3::text[])
+  AND u.lexeme = ANY ((SELECT array_agg(term) FROM q)::text[])  -- (IN would join: one unnest per lexeme)
 """
 
 # The matches, and rows with a NULL chunk id carrying a query lexeme's idf (every lexeme, matched

@@ -148,12 +148,12 @@ pool AS MATERIALIZED (
     ORDER BY s.score DESC, s.chunk_id  -- the nested loops keep the scan's order: no sort, an early stop
     LIMIT $11
 ),
+query_terms AS (SELECT array_agg(term)::text[] AS terms FROM q),
 matched AS MATERIALIZED (
     SELECT ci.chunk_id, ci.dl, u.lexeme AS term, coalesce(array_length(u.positions, 1), 1) AS tf,
            array_to_string(u.positions, ',') AS positions, 'A' = ANY (u.weights) AS heading
     FROM pool JOIN knowledge_chunk_index ci ON ci.tenant_id = $1 AND ci.chunk_id = pool.chunk_id
-    CROSS JOIN LATERAL unnest(ci.tsv) AS u
-    WHERE u.lexeme IN (SELECT term FROM q)
+    CROSS JOIN LATERAL unnest(ts_delete(ci.tsv, tsvector_to_array(ts_delete(ci.tsv, (SELECT terms FROM query_terms))))) AS u
 ),
 exact AS (
     SELECT m.chunk_id, min(m.dl) AS dl,
