@@ -42,6 +42,16 @@ LIVE_SET = """
                         OR $8 <@ ANY (cs.earlier_periods) END)
 """
 
+# A scored chunk ``s`` (by ``s.chunk_id``) with its chunk row ``c`` and document version ``d``, when
+# admitted (`ADMIT`, `LIVE_SET`): walked in score order, each candidate costs two index probes.
+_ADMITTED = f"""CROSS JOIN LATERAL (
+    SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
+CROSS JOIN LATERAL (
+    SELECT * FROM knowledge_documents d
+    WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
+      AND {ADMIT} AND {LIVE_SET}
+    ) AS d"""
+
 # The exhaustive arm (`EXHAUSTIVE_LEXICAL_SQL`): every posting of each query lexeme in this tenant,
 # the score of every chunk holding one, then, in descending score order, the isolation predicates
 # until $9 chunks are admitted. Its cost grows with the query terms' document frequencies; kept as
@@ -78,13 +88,7 @@ SELECT s.chunk_id, s.bm25, s.bm25 / (SELECT best FROM params) AS strength, c.doc
        (SELECT array_agg(idf ORDER BY term) FROM query_idf) AS query_idf,
        (SELECT avgdl FROM params) AS avgdl
 FROM (SELECT * FROM scored ORDER BY bm25 DESC, chunk_id) AS s
-CROSS JOIN LATERAL (
-    SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
-CROSS JOIN LATERAL (
-    SELECT * FROM knowledge_documents d
-    WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
-      AND {ADMIT} AND {LIVE_SET}
-    ) AS d
+{_ADMITTED}
 ORDER BY s.bm25 DESC, s.chunk_id  -- the scan order above is a plan, not a promise
 LIMIT $9
 """
@@ -138,13 +142,7 @@ pool AS MATERIALIZED (
     SELECT s.chunk_id, c.document_id, c.version, c.heading_path, c.text, c.tokens,
            c.contains_instruction_like_text, c.content_sha256, d.title, d.doc_date, d.authority, d.project_scope
     FROM (SELECT * FROM partial ORDER BY score DESC, chunk_id) AS s
-    CROSS JOIN LATERAL (
-        SELECT * FROM knowledge_chunks c WHERE c.tenant_id = $1 AND c.chunk_id = s.chunk_id) AS c
-    CROSS JOIN LATERAL (
-        SELECT * FROM knowledge_documents d
-        WHERE d.tenant_id = $1 AND d.document_id = c.document_id AND d.version = c.version
-          AND {ADMIT} AND {LIVE_SET}
-        ) AS d
+    {_ADMITTED}
     ORDER BY s.score DESC, s.chunk_id  -- the nested loops keep the scan's order: no sort, an early stop
     LIMIT $11
 ),

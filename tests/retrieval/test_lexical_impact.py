@@ -143,3 +143,17 @@ def test_the_impact_ordered_arm_scores_exactly_and_equals_the_exhaustive_arm_whe
 
         property_()
     assert seen["whole"] and seen["deep terms"], seen  # both regimes were drawn
+
+
+def test_the_depth_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from knowledge.config import LEXICAL_DEPTH, Settings
+
+    monkeypatch.delenv("KNOWLEDGE_LEXICAL_DEPTH", raising=False)
+    assert Settings().lexical_depth == LEXICAL_DEPTH
+    for value, depth in (("all", None), ("ALL", None), ("50", 50)):
+        monkeypatch.setenv("KNOWLEDGE_LEXICAL_DEPTH", value)
+        assert Settings().lexical_depth == depth
+    with pytest.raises(ValidationError):
+        Settings(lexical_depth=0)
