@@ -102,7 +102,7 @@ LIMIT $9
 #    primary key read backwards, index-only; a lexeme held by at most $10 chunks is read whole.
 # 3. Each chunk found: its BM25 over the postings read (exact where every lexeme was read whole,
 #    otherwise a lower bound: a posting beyond the depth is missing), in that order the isolation
-#    predicates until $11 chunks are admitted (the pool).
+#    predicates until $11 chunks are admitted (the pool; $9 where every lexeme was read whole).
 # 4. The pool's index rows, once: each query lexeme a chunk holds, with its positions and whether it is
 #    in the heading (weight A) — exact BM25 with the tenant's current statistics, and the relevance
 #    model's evidence in the same pass (`knowledge.store.evidence.lexical_evidence` need not read
@@ -144,7 +144,8 @@ pool AS MATERIALIZED (
     FROM (SELECT * FROM partial ORDER BY score DESC, chunk_id) AS s
     {_ADMITTED}
     ORDER BY s.score DESC, s.chunk_id  -- the nested loops keep the scan's order: no sort, an early stop
-    LIMIT $11
+    -- every lexeme read whole: the scores are exact already, and the pool need hold no more than $9
+    LIMIT (SELECT CASE WHEN bool_and(df <= $10::int) THEN $9::int ELSE $11::int END FROM terms)
 ),
 query_terms AS (SELECT array_agg(term)::text[] AS terms FROM q),
 matched AS MATERIALIZED (
