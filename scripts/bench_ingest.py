@@ -124,8 +124,9 @@ CREATE TABLE IF NOT EXISTS bench_term_stats (LIKE knowledge_term_stats INCLUDING
 """
 
 # The same index the service writes — chunk rows, the weighted tsvector and length per chunk, one
-# posting per (chunk, lexeme) with its impact, each lexeme's document frequency, the tenant's statistics — into tables like the service's (same
-# columns and indexes, no foreign keys), from rows COPYed in: the floor for `ingest_many`.
+# posting per (chunk, lexeme) with its impact, each lexeme's document frequency, the tenant's
+# statistics — into tables like the service's (same columns and indexes, no foreign keys), from rows
+# COPYed in: the floor for `ingest_many`.
 SAME_INDEX_SQL = f"""
 WITH vec AS MATERIALIZED (
     SELECT c.tenant_id, c.chunk_id, c.document_id, c.version, c.chunker_version,
@@ -142,7 +143,8 @@ WITH vec AS MATERIALIZED (
     FROM vec v JOIN lengths l USING (chunk_id) RETURNING dl
 ), postings AS (
     INSERT INTO bench_postings (tenant_id, term, chunk_id, tf, dl, impact)
-    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl, {impact_sql("t.tf", "l.dl")} FROM terms t JOIN lengths l USING (chunk_id)
+    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl, {impact_sql("t.tf", "l.dl")}
+    FROM terms t JOIN lengths l USING (chunk_id)
 ), term_stats AS (
     INSERT INTO bench_term_stats (tenant_id, term, shard, df) SELECT $1, lexeme, 0, count(*) FROM terms GROUP BY lexeme
 )

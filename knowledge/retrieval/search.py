@@ -35,8 +35,8 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import anyio
 from anyio.abc import TaskGroup
 
-from knowledge.core.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
 from knowledge.config import LEXICAL_DEPTH
+from knowledge.core.ranking import DEFAULT_POLICY, Candidate, RankingPolicy, rank, select
 from knowledge.core.relevance import BM25_B, BM25_K1, LexicalEvidence, features
 from knowledge.errors import ArmUnavailable
 from knowledge.models import KnowledgeQuery, RetrievedPassage

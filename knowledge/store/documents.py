@@ -110,7 +110,8 @@ rows AS (
     RETURNING dl
 ), postings AS (
     INSERT INTO knowledge_postings (tenant_id, term, chunk_id, tf, dl, impact)
-    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl, {impact_sql("t.tf", "l.dl")} FROM terms t JOIN lengths l USING (chunk_id)
+    SELECT $1, t.lexeme, t.chunk_id, t.tf, l.dl, {impact_sql("t.tf", "l.dl")}
+    FROM terms t JOIN lengths l USING (chunk_id)
 ), term_stats AS ({term_stats_upsert("SELECT $1, lexeme, count(*) FROM terms GROUP BY lexeme")}
 ), tenant_stats AS (
     INSERT INTO knowledge_tenant_stats (tenant_id, shard, chunks, total_dl)

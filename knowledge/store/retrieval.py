@@ -1,7 +1,7 @@
 """The retrieval statements: who may read what (`ADMIT`), which chunk set is live (`LIVE_SET`), the
-lexical arm's one statement (`LEXICAL_SQL`, impact-ordered; `EXHAUSTIVE_LEXICAL_SQL`, its reference), and an arm's row as a ranking candidate. Every arm's
-candidate query carries the same two predicates (`knowledge.retrieval.search`,
-`knowledge.semantic.arm`)."""
+lexical arm's one statement (`LEXICAL_SQL`, impact-ordered; `EXHAUSTIVE_LEXICAL_SQL`, its reference),
+and an arm's row as a ranking candidate. Every arm's candidate query carries the same two predicates
+(`knowledge.retrieval.search`, `knowledge.semantic.arm`)."""
 
 from __future__ import annotations
 
@@ -152,7 +152,9 @@ matched AS MATERIALIZED (
     SELECT ci.chunk_id, ci.dl, u.lexeme AS term, coalesce(array_length(u.positions, 1), 1) AS tf,
            array_to_string(u.positions, ',') AS positions, 'A' = ANY (u.weights) AS heading
     FROM pool JOIN knowledge_chunk_index ci ON ci.tenant_id = $1 AND ci.chunk_id = pool.chunk_id
-    CROSS JOIN LATERAL unnest(ts_delete(ci.tsv, tsvector_to_array(ts_delete(ci.tsv, (SELECT terms FROM query_terms))))) AS u
+    -- the query's lexemes alone: the tsvector less every lexeme not among them
+    CROSS JOIN LATERAL unnest(ts_delete(
+        ci.tsv, tsvector_to_array(ts_delete(ci.tsv, (SELECT terms FROM query_terms))))) AS u
 ),
 exact AS (
     SELECT m.chunk_id, min(m.dl) AS dl,
