@@ -38,7 +38,7 @@ def default_semantic_arm() -> bool | None:
 
 
 #: Postings the lexical arm reads per query term, strongest first, by default (issue 36: chosen on
-#: SciFact's train queries, `scripts/fit_lexical_depth.py`).
+#: SciFact's train queries with the pool margin, `scripts/fit_lexical_depth.py`).
 LEXICAL_DEPTH = 400
 
 

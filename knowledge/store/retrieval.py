@@ -125,18 +125,15 @@ params AS (
            (SELECT sum(idf) FROM terms WHERE df > 0) * ($3::float8 + 1) AS best
     FROM stats s
 ),
-strongest AS MATERIALIZED (
-    SELECT t.term, t.idf, p.chunk_id, p.tf, p.dl
-    FROM terms t CROSS JOIN LATERAL (
-        SELECT p.chunk_id, p.tf, p.dl FROM knowledge_postings p
+partial AS MATERIALIZED (
+    SELECT p.chunk_id, sum(p.w) AS score
+    FROM terms t CROSS JOIN params CROSS JOIN LATERAL (
+        SELECT p.chunk_id, t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl)) AS w
+        FROM knowledge_postings p
         WHERE p.tenant_id = $1 AND p.term = t.term
         ORDER BY p.impact DESC, p.chunk_id DESC LIMIT $10) AS p
     WHERE t.df > 0
-),
-partial AS MATERIALIZED (
-    SELECT h.chunk_id, sum(h.idf * h.tf * (k1 + 1) / (h.tf + k1 * (1 - b + b * h.dl / avgdl))) AS score
-    FROM strongest h CROSS JOIN params
-    GROUP BY h.chunk_id
+    GROUP BY p.chunk_id
 ),
 pool AS MATERIALIZED (
     SELECT s.chunk_id, c.document_id, c.version, c.heading_path, c.text, c.tokens,
@@ -175,10 +172,9 @@ ORDER BY e.bm25 DESC, p.chunk_id
 LIMIT $9
 """
 
-#: The pool of admitted chunks the impact-ordered arm rescores exactly, as a multiple of the
-#: candidates asked for (at least `MIN_POOL`); the depth it reads is `knowledge.config.LEXICAL_DEPTH`.
-POOL_FACTOR = 2
-MIN_POOL = 20
+#: The pool of admitted chunks the impact-ordered arm rescores exactly: the candidates asked for and
+#: this many more (where a lexeme was not read whole; chosen with the depth, `scripts/fit_lexical_depth.py`).
+POOL_MARGIN = 10
 
 
 @dataclass(frozen=True)
@@ -248,16 +244,18 @@ ORDER BY b.distance, b.chunk_id
 
 
 async def lexical_hits(db: Database, *, query: KnowledgeQuery, k1: float, b: float, limit: int,
-                       arm: str = "lexical", depth: int | None = LEXICAL_DEPTH) -> LexicalHits:
+                       arm: str = "lexical", depth: int | None = LEXICAL_DEPTH,
+                       pool_margin: int = POOL_MARGIN) -> LexicalHits:
     """The lexical arm's candidates for ``query``: BM25 with ``k1`` and ``b``, the query's visibility,
     ceiling and ``as_of`` applied, at most ``limit``. ``depth``: the postings read per query lexeme
-    (`LEXICAL_SQL`); None reads them all (`EXHAUSTIVE_LEXICAL_SQL`, which gathers no matches)."""
+    (`LEXICAL_SQL`), and ``pool_margin`` more chunks than ``limit`` rescored; None reads them all
+    (`EXHAUSTIVE_LEXICAL_SQL`, which gathers no matches)."""
     args = (query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
             query.sensitivity_ceiling.admitted(), query.as_of, limit)
     if depth is None:
         rows = await db.fetch(EXHAUSTIVE_LEXICAL_SQL, *args)
     else:
-        rows = await db.fetch(LEXICAL_SQL, *args, depth, max(limit * POOL_FACTOR, MIN_POOL))
+        rows = await db.fetch(LEXICAL_SQL, *args, depth, limit + pool_margin)
     if not rows:
         return LexicalHits([], None)
     first = rows[0]
