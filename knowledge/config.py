@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from knowledge.errors import ConfigurationError
+
 #: The largest source the artifact store accepts (and the parser child's input bound).
 DEFAULT_MAX_ARTIFACT_BYTES = 32 * 1024 * 1024
 
@@ -50,6 +52,9 @@ def default_lexical_depth() -> int | None:
         return LEXICAL_DEPTH
     if value == "all":
         return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigurationError(message=f"KNOWLEDGE_LEXICAL_DEPTH must be a whole number of postings or 'all', "
+                                         f"not {value!r}")
     return int(value)
 
 

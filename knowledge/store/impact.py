@@ -10,6 +10,8 @@ lexical arm rescores the chunks it chose with the tenant's current statistics).
 
 from __future__ import annotations
 
+import math
+
 from knowledge.core.relevance import BM25_B, BM25_K1
 
 #: The chunk length the stored impacts are computed with (the tenant's mean is not fixed).
@@ -27,7 +29,6 @@ def impact_sql(tf: str, dl: str) -> str:
 
 def impact(tf: int, dl: int) -> int:
     """`impact_sql` in Python (the tests compare the two)."""
-    import math
     return math.floor(IMPACT_SCALE * tf * (BM25_K1 + 1) / (tf + BM25_K1 * ((1 - BM25_B) + BM25_B * dl / REFERENCE_DL)))
 
 

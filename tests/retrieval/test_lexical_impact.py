@@ -149,6 +149,7 @@ def test_the_depth_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
 
     from knowledge.config import LEXICAL_DEPTH, Settings
+    from knowledge.errors import ConfigurationError
 
     monkeypatch.delenv("KNOWLEDGE_LEXICAL_DEPTH", raising=False)
     assert Settings().lexical_depth == LEXICAL_DEPTH
@@ -157,3 +158,7 @@ def test_the_depth_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         assert Settings().lexical_depth == depth
     with pytest.raises(ValidationError):
         Settings(lexical_depth=0)
+    for bad in ("0", "-5", "deep", "4.5"):  # a typo is a typed refusal, not a bare ValueError
+        monkeypatch.setenv("KNOWLEDGE_LEXICAL_DEPTH", bad)
+        with pytest.raises(ConfigurationError):
+            Settings()
