@@ -29,8 +29,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -308,12 +310,31 @@ def throwaway_data_dir(prefix: str = "knowledge-", *, dsn: str | None = None) ->
     if dsn is not None:
         yield Path(".")
         return
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    with _sigterm_unwinds():
+        folder = Path(tempfile.mkdtemp(prefix=prefix))
+        try:
+            yield folder
+        finally:
+            stop_embedded(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While a throwaway server lives, SIGTERM (``kill``, a ``timeout``) is turned into SIGINT, so the
+    process unwinds as on Ctrl-C — trio's and asyncio's own SIGINT handling cancel the run — and the
+    ``finally`` above stops the server and removes its folder. SIGTERM's default action would end the
+    process at once and leave both behind. Only in the main thread, and only where nobody else has
+    claimed SIGTERM; the previous handler comes back on exit."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: signal.raise_signal(signal.SIGINT))
     try:
-        yield folder
+        yield
     finally:
-        stop_embedded(folder)
-        shutil.rmtree(folder, ignore_errors=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def restart_embedded(data_dir: Path) -> float:

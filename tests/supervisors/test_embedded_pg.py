@@ -152,3 +152,26 @@ def test_operator_start_takes_over_a_running_server(data_dir: Path) -> None:
 def test_data_dir_under_root_is_refused() -> None:
     with pytest.raises(EmbeddedServerError, match="/root"):
         start_embedded(Path("/root/knowledge-data"))
+
+
+@pytest.mark.parametrize("loop", ["trio", "asyncio"])
+def test_a_sigterm_run_stops_its_throwaway_server_and_removes_the_folder(loop: str) -> None:
+    """A benchmark killed by SIGTERM (``timeout``, ``kill``) unwinds as on Ctrl-C: its throwaway
+    server is stopped and the folder removed, under both loops (the default action left both)."""
+    run = subprocess.Popen([sys.executable, "-m", "tests.helpers.throwaway_run", loop], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert run.stdout is not None
+    started = json.loads(run.stdout.readline())
+    folder, postmaster = Path(started["folder"]), psutil.Process(started["pid"])
+    try:
+        assert folder.is_dir() and postmaster.is_running()
+        run.send_signal(signal.SIGTERM)
+        run.communicate(timeout=120)
+        assert not folder.exists()
+        assert not postmaster.is_running() or postmaster.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+        stop_embedded(folder)
+        shutil.rmtree(folder, ignore_errors=True)
