@@ -110,8 +110,10 @@ LIMIT $9
 # 5. The pool in exact BM25 order, the first $9.
 #
 # Where every query lexeme is read whole, the answer is the exhaustive arm's, chunk for chunk. Every
-# row also carries every query lexeme's idf and the mean length. $2 query text, $3 k1, $4 b, $9 limit,
-# $10 depth (postings read per lexeme), $11 pool.
+# row also carries every query lexeme's idf, the mean length, and ``whole`` (every lexeme read whole);
+# fewer than $9 admitted where a lexeme was not read whole — the strongest postings were another
+# principal's, another project's, or history's — and `lexical_hits` reads deeper. $2 query text, $3 k1,
+# $4 b, $9 limit, $10 depth (postings read per lexeme), $11 pool.
 LEXICAL_SQL = f"""
 WITH {QUERY_LEXEMES},
 {TENANT_STATS},
@@ -166,15 +168,20 @@ SELECT p.*, e.bm25, e.bm25 / (SELECT best FROM params) AS strength, e.dl,
        e.match_terms, e.match_positions, e.match_heading,
        (SELECT array_agg(term ORDER BY term) FROM terms) AS query_terms,
        (SELECT array_agg(idf ORDER BY term) FROM terms) AS query_idf,
-       (SELECT avgdl FROM params) AS avgdl
-FROM pool p JOIN exact e USING (chunk_id)
-ORDER BY e.bm25 DESC, p.chunk_id
+       (SELECT avgdl FROM params) AS avgdl, w.whole
+-- one row with a NULL chunk_id when nothing was admitted: ``whole`` still says whether to read deeper
+FROM (SELECT coalesce(bool_and(df <= $10::int), true) AS whole FROM terms) AS w
+LEFT JOIN (pool p JOIN exact e USING (chunk_id)) ON true
+ORDER BY e.bm25 DESC NULLS LAST, p.chunk_id
 LIMIT $9
 """
 
 #: The pool of admitted chunks the impact-ordered arm rescores exactly: the candidates asked for and
 #: this many more (where a lexeme was not read whole; chosen with the depth, `scripts/fit_lexical_depth.py`).
 POOL_MARGIN = 10
+#: Where the postings read admitted fewer chunks than asked for and a lexeme was not read whole, the
+#: statement runs again reading this many times as deep (until enough are admitted or all is read).
+DEEPEN = 8
 
 
 @dataclass(frozen=True)
@@ -249,13 +256,21 @@ async def lexical_hits(db: Database, *, query: KnowledgeQuery, k1: float, b: flo
     """The lexical arm's candidates for ``query``: BM25 with ``k1`` and ``b``, the query's visibility,
     ceiling and ``as_of`` applied, at most ``limit``. ``depth``: the postings read per query lexeme
     (`LEXICAL_SQL`), and ``pool_margin`` more chunks than ``limit`` rescored; None reads them all
-    (`EXHAUSTIVE_LEXICAL_SQL`, which gathers no matches)."""
+    (`EXHAUSTIVE_LEXICAL_SQL`, which gathers no matches). Never fewer hits than the exhaustive arm's
+    (up to ``limit``): where the postings read admit fewer than ``limit`` — a principal who sees a
+    small part of the tenant, a term whose strongest postings are superseded versions' — it reads
+    `DEEPEN` times as deep, until enough are admitted or every lexeme is read whole."""
     args = (query.tenant_id, query.text, k1, b, query.principal_id, query.current_scope,
             query.sensitivity_ceiling.admitted(), query.as_of, limit)
     if depth is None:
         rows = await db.fetch(EXHAUSTIVE_LEXICAL_SQL, *args)
     else:
-        rows = await db.fetch(LEXICAL_SQL, *args, depth, limit + pool_margin)
+        while True:
+            read = await db.fetch(LEXICAL_SQL, *args, depth, limit + pool_margin)
+            rows = [r for r in read if r["chunk_id"] is not None]
+            if len(rows) >= limit or read[0]["whole"]:
+                break
+            depth *= DEEPEN
     if not rows:
         return LexicalHits([], None)
     first = rows[0]
