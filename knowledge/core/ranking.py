@@ -231,6 +231,7 @@ _FOLD_AS_IGNORECASE = {0x131: "i", 0x307: None}
 # one (`tests/core/test_ranking_text_features.py` holds the regex-only reference and checks equality).
 _DECOR = "«»‹›←→<>|·•*+-"  # `_NAV_DECOR`'s characters besides whitespace
 _SEPARATOR_CHARS = "|·•›»/>"
+_NAV_LONGEST = max(map(len, _NAV_PHRASES))
 
 
 def _strip_decor(line: str) -> str:
@@ -245,17 +246,23 @@ def _strip_decor(line: str) -> str:
 def _is_boilerplate_line(line: str, separators: re.Pattern[str]) -> bool:
     if line.rstrip()[-1:].isdecimal() and _TOC_LEADER.search(line):  # the leader ends in a page number
         return True
-    if (("[" in line or "<" in line) and _MD_LINK.search(line)) or \
+    # `_MD_LINK`: "](" or "][" (inline, reference), or "<", ":" and ">" (an autolink)
+    if (("](" in line or "][" in line or ("<" in line and ":" in line and ">" in line)) and _MD_LINK.search(line)) or \
             (("://" in line or "www." in line.lower()) and _BARE_URL.search(line)):
         # Links and no words besides them: a link list, a TOC entry, a breadcrumb of links.
         rest = _BARE_URL.sub(" ", _MD_LINK.sub(" ", line))
         if not _LEFTOVER_WORD.search(rest):
             return True
-    if _strip_decor(line).lower() in _NAV_PHRASES:
+    core = _strip_decor(line)
+    if len(core) <= _NAV_LONGEST and core.lower() in _NAV_PHRASES:  # lower() never shortens
         return True
     if not any(c in line for c in _SEPARATOR_CHARS):
         return False
-    # "Home | Docs | Blog | About", "Docs › Guides › Deploy": three or more short items.
+    # "Home | Docs | Blog | About", "Docs › Guides › Deploy": three or more short items. So at least two
+    # separators, each a word of its own, and at most 3 words an item: at most 4 words a separator + 3.
+    separators_at_most = sum(line.count(c) for c in _SEPARATOR_CHARS)
+    if separators_at_most < 2 or len(line.split()) > 4 * separators_at_most + 3:
+        return False
     items = [i for i in separators.split(line) if i.strip()]
     return len(items) >= 3 and all(len(i.split()) <= 3 for i in items)
 
@@ -290,7 +297,9 @@ def boilerplate_share(text: str) -> float:
 
 
 def _license_phrase_count(text: str) -> int:
-    folded = text.casefold().translate(_FOLD_AS_IGNORECASE)
+    folded = text.casefold()
+    if "ı" in folded or "\u0307" in folded:
+        folded = folded.translate(_FOLD_AS_IGNORECASE)
     if not any(anchor in folded for anchor in _LICENSE_ANCHORS):
         return 0
     return len({m.lastindex for m in _LICENSE.finditer(text)})
