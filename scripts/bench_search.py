@@ -80,6 +80,8 @@ CREATE UNIQUE INDEX ON bench_src_chunks (chunk_id);
 CREATE UNIQUE INDEX ON bench_src_index (chunk_id);
 CREATE INDEX ON bench_src_postings (chunk_id);
 CREATE INDEX ON bench_src_chunk_sets (document_id);
+ANALYZE bench_src_docs, bench_src_artifacts, bench_src_chunk_sets, bench_src_chunks, bench_src_index,
+    bench_src_postings;
 -- The source tenant goes: the measured database holds the 10 tenants only. Documents, chunk sets,
 -- chunks and index rows cascade from the artifacts; postings and counters have no foreign key.
 DELETE FROM knowledge_postings WHERE tenant_id = '{t}';
@@ -192,6 +194,9 @@ async def grow(db: Database, rep: Replicator, total: int) -> float:
             await tx.copy_records("bench_chunk_map", chunk_rows,
                                   columns=("tenant_id", "src_chunk_id", "chunk_id", "document_id"))
             await tx.execute("ANALYZE bench_doc_map; ANALYZE bench_chunk_map")
+            # bulk joins of a million rows with a few thousand: a nested loop here once ran for over half
+            # an hour (the inner side read again for every outer row) where the hash join takes minutes
+            await tx.execute("SET LOCAL enable_nestloop = off")
             for sql in _REPLICATE_SQL:
                 await tx.execute(sql)
     await db.execute(GIN_SQL)
