@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -194,11 +195,16 @@ async def grow(db: Database, rep: Replicator, total: int) -> float:
             await tx.copy_records("bench_chunk_map", chunk_rows,
                                   columns=("tenant_id", "src_chunk_id", "chunk_id", "document_id"))
             await tx.execute("ANALYZE bench_doc_map; ANALYZE bench_chunk_map")
-            # bulk joins of a million rows with a few thousand: a nested loop here once ran for over half
-            # an hour (the inner side read again for every outer row) where the hash join takes minutes
-            await tx.execute("SET LOCAL enable_nestloop = off")
+            await tx.execute("SET LOCAL enable_nestloop = off")  # bulk joins: hash them
             for sql in _REPLICATE_SQL:
                 await tx.execute(sql)
+                # Each table analyzed as it fills (ANALYZE counts this transaction's rows): a foreign key's
+                # check on the next table plans with these statistics, and a table last analyzed empty
+                # (autovacuum after the source tenant left) made every check a sequential scan — a
+                # 1M-chunk build then stalled for over half an hour in one INSERT.
+                target = re.search(r"INSERT INTO (\w+)", sql)
+                assert target is not None
+                await tx.execute(f"ANALYZE {target[1]}")
     await db.execute(GIN_SQL)
     await db.execute("VACUUM ANALYZE")
     return time.perf_counter() - began
