@@ -19,6 +19,11 @@ from hypothesis import strategies as st
 from knowledge.core import ranking
 from tests.conftest import SHARED_CORPUS, corpus_missing
 
+# The separators and decor as the ranker wrote them before the prefilters (literals, not derived).
+NAV_SEPARATORS = re.compile(r"\s+[|·•›»/>]\s+")
+NAV_SEPARATORS_NO_PIPE = re.compile(r"\s+[·•›»/>]\s+")
+NAV_DECOR = re.compile(r"^[\s«»‹›←→<>|·•*+-]+|[\s«»‹›←→<>|·•*+-]+$")
+
 
 def reference_license_phrase_count(text: str) -> int:
     return len({m.lastindex for m in ranking._LICENSE.finditer(text)})
@@ -31,7 +36,7 @@ def reference_is_boilerplate_line(line: str, separators: re.Pattern[str]) -> boo
         rest = ranking._BARE_URL.sub(" ", ranking._MD_LINK.sub(" ", line))
         if not ranking._LEFTOVER_WORD.search(rest):
             return True
-    if ranking._NAV_DECOR.sub("", line).lower() in ranking._NAV_PHRASES:
+    if NAV_DECOR.sub("", line).lower() in ranking._NAV_PHRASES:
         return True
     items = [i for i in separators.split(line) if i.strip()]
     return len(items) >= 3 and all(len(i.split()) <= 3 for i in items)
@@ -82,6 +87,13 @@ LINES = st.lists(PIECES, max_size=12).map("".join)
 @given(text=st.lists(st.one_of(PIECES, st.just("\n")), max_size=30).map("".join))
 def test_license_phrases_are_counted_as_the_regex_counts_them(text: str) -> None:
     assert ranking._license_phrase_count(text) == reference_license_phrase_count(text)
+
+
+def test_the_separators_derived_from_their_characters_are_the_literal_ones() -> None:
+    for c in map(chr, range(0x3000)):
+        for derived, literal in ((ranking._NAV_SEPARATORS, NAV_SEPARATORS),
+                                 (ranking._NAV_SEPARATORS_NO_PIPE, NAV_SEPARATORS_NO_PIPE)):
+            assert bool(derived.fullmatch(f" {c} ")) == bool(literal.fullmatch(f" {c} ")), repr(c)
 
 
 @settings(max_examples=1500, deadline=None)
