@@ -321,16 +321,24 @@ def throwaway_data_dir(prefix: str = "knowledge-", *, dsn: str | None = None) ->
 
 @contextlib.contextmanager
 def _sigterm_unwinds() -> Iterator[None]:
-    """While a throwaway server lives, SIGTERM (``kill``, a ``timeout``) is turned into SIGINT, so the
-    process unwinds as on Ctrl-C — trio's and asyncio's own SIGINT handling cancel the run — and the
-    ``finally`` above stops the server and removes its folder. SIGTERM's default action would end the
-    process at once and leave both behind. Only in the main thread, and only where nobody else has
-    claimed SIGTERM; the previous handler comes back on exit."""
+    """While a throwaway server lives, SIGTERM (``kill``, a ``timeout``) unwinds the process as Ctrl-C
+    does — turned into SIGINT, so trio's and asyncio's own SIGINT handling cancel the run, or, where
+    SIGINT is ignored (a shell's background job) or left to the system, raised as KeyboardInterrupt —
+    and the ``finally`` above stops the server and removes its folder. SIGTERM's default action would
+    end the process at once and leave both behind. Only in the main thread, and only where nobody else
+    has claimed SIGTERM; its default comes back on exit."""
     if threading.current_thread() is not threading.main_thread() \
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: signal.raise_signal(signal.SIGINT))
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        if callable(signal.getsignal(signal.SIGINT)):  # the loop's handler, or Python's default_int_handler
+            signal.raise_signal(signal.SIGINT)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
